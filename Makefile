@@ -1,0 +1,45 @@
+# One entry point per job. Every target creates or reuses .venv and installs what it needs,
+# so on a fresh clone `make demo` and `make test` are the only commands a newcomer types.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NODE_STAMP := tests/interop/node/node_modules/.installed
+
+.PHONY: demo test lint bench soak diagram clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Node socket.io 4.8 for the interop tests, installed from the project's own lock of versions.
+$(NODE_STAMP): tests/interop/node/package.json
+	cd tests/interop/node && npm install --no-audit --no-fund --silent
+	@touch $(NODE_STAMP)
+
+demo: $(STAMP)
+	$(PY) -m avatar_sdk.cli demo
+
+test: $(STAMP) $(NODE_STAMP)
+	$(PY) -m pytest -q
+
+soak: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(PY) -m ruff check avatar_sdk tests benchmarks examples
+	$(PY) -m ruff format --check avatar_sdk tests benchmarks examples
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+diagram: $(STAMP)
+	$(PY) -m avatar_sdk.cli diagram
+
+clean:
+	rm -rf $(VENV) tests/interop/node/node_modules
