@@ -1,0 +1,142 @@
+"""The classified error catalogue.
+
+Every failure the SDK reports is an :class:`AvatarError` carrying one :class:`ErrorCode`.
+Each code has a fixed severity, a retryable flag (may a cold reconnect try again?) and a
+health category, declared once in :data:`CATALOGUE`, so classification is a table lookup
+rather than scattered judgement calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+class Severity(StrEnum):
+    """How bad an error is for the conversation."""
+
+    INFO = "info"
+    WARNING = "warning"  # the session goes on (degraded or recovering)
+    ERROR = "error"  # this attempt failed; a retry may succeed
+    FATAL = "fatal"  # the session cannot go on
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes (see docs/errors.md)."""
+
+    CONNECT_TIMEOUT = "connect_timeout"
+    JOIN_TIMEOUT = "join_timeout"
+    AGENT_TIMEOUT = "agent_timeout"
+    ASR_FAILED = "asr_failed"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+    TIER_EXCEEDED = "tier_exceeded"
+    BAD_REQUEST = "bad_request"
+    AUTH_FAILED = "auth_failed"
+    PEER_REMOVED = "peer_removed"
+    UNSUPPORTED_CLIENT = "unsupported_client"
+    SESSION_GONE = "session_gone"
+    TRANSPORT_CLOSED = "transport_closed"
+    SERVER_ENDED = "server_ended"
+    AGENT_CRASHED = "agent_crashed"
+    AGENT_RESTARTED = "agent_restarted"
+    DEVICE_NOT_FOUND = "device_not_found"
+    DEVICE_BUSY = "device_busy"
+    PERMISSION_DENIED = "permission_denied"
+    PROTOCOL_VIOLATION = "protocol_violation"
+    INSECURE_TRANSPORT = "insecure_transport"
+    GAVE_UP = "gave_up"
+    INVALID_STATE = "invalid_state"
+    INVALID_ARGUMENT = "invalid_argument"
+    CLOSED = "closed"
+
+
+class Category(StrEnum):
+    """Coarse cause, reported by ``health()`` so apps can word their UI."""
+
+    AUTH = "auth"
+    CAPACITY = "capacity"
+    NETWORK = "network"
+    SERVER = "server"
+    CLIENT = "client"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class CodeInfo:
+    """Catalogue entry: what a code means for recovery and for users."""
+
+    severity: Severity
+    retryable: bool
+    category: Category
+    message: str
+
+
+_E, _F, _W = Severity.ERROR, Severity.FATAL, Severity.WARNING
+
+CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
+    ErrorCode.CONNECT_TIMEOUT: CodeInfo(_E, True, Category.NETWORK, "The server did not answer in time."),
+    ErrorCode.JOIN_TIMEOUT: CodeInfo(_E, True, Category.SERVER, "Joining the conversation timed out."),
+    ErrorCode.AGENT_TIMEOUT: CodeInfo(_E, True, Category.SERVER, "The agent did not become ready in time."),
+    ErrorCode.ASR_FAILED: CodeInfo(_E, True, Category.NETWORK, "The microphone uplink could not be set up."),
+    ErrorCode.CAPACITY_UNAVAILABLE: CodeInfo(_W, True, Category.CAPACITY, "All agents are busy; waiting for capacity."),
+    ErrorCode.TIER_EXCEEDED: CodeInfo(_F, False, Category.CAPACITY, "The account's plan limit was reached."),
+    ErrorCode.BAD_REQUEST: CodeInfo(_F, False, Category.CLIENT, "The server rejected the request."),
+    ErrorCode.AUTH_FAILED: CodeInfo(_F, False, Category.AUTH, "The server refused the token."),
+    ErrorCode.PEER_REMOVED: CodeInfo(_F, False, Category.SERVER, "The server removed this participant."),
+    ErrorCode.UNSUPPORTED_CLIENT: CodeInfo(_F, False, Category.CLIENT, "The server does not support this client."),
+    ErrorCode.SESSION_GONE: CodeInfo(_E, True, Category.SERVER, "The server-side media session is gone."),
+    ErrorCode.TRANSPORT_CLOSED: CodeInfo(_E, True, Category.NETWORK, "The connection to the server was lost."),
+    ErrorCode.SERVER_ENDED: CodeInfo(_F, False, Category.SERVER, "The server ended the conversation."),
+    ErrorCode.AGENT_CRASHED: CodeInfo(_F, False, Category.SERVER, "The agent crashed and cannot continue."),
+    ErrorCode.AGENT_RESTARTED: CodeInfo(_W, True, Category.SERVER, "The agent restarted; the session continues."),
+    ErrorCode.DEVICE_NOT_FOUND: CodeInfo(_W, False, Category.CLIENT, "The audio device was not found."),
+    ErrorCode.DEVICE_BUSY: CodeInfo(_W, False, Category.CLIENT, "The audio device is busy."),
+    ErrorCode.PERMISSION_DENIED: CodeInfo(_W, False, Category.CLIENT, "Access to the audio device was denied."),
+    ErrorCode.PROTOCOL_VIOLATION: CodeInfo(_W, True, Category.SERVER, "The server sent a malformed message."),
+    ErrorCode.INSECURE_TRANSPORT: CodeInfo(_F, False, Category.CLIENT, "Plain http/ws needs allow_insecure_transport=True."),
+    ErrorCode.GAVE_UP: CodeInfo(_F, False, Category.NETWORK, "Recovery attempts were exhausted."),
+    ErrorCode.INVALID_STATE: CodeInfo(_E, False, Category.CLIENT, "That call is not valid in the current state."),
+    ErrorCode.INVALID_ARGUMENT: CodeInfo(_E, False, Category.CLIENT, "An argument was invalid."),
+    ErrorCode.CLOSED: CodeInfo(_E, False, Category.CLIENT, "The session is closed."),
+}
+
+
+class AvatarError(Exception):
+    """The one exception type the SDK raises.
+
+    ``str(err)`` is safe to log: messages are built by the SDK from codes and short,
+    redacted details, never from tokens or raw payloads.
+    """
+
+    def __init__(self, code: ErrorCode, detail: str | None = None) -> None:
+        self.code = code
+        self.detail = detail
+        info = CATALOGUE[code]
+        self.severity: Severity = info.severity
+        self.retryable: bool = info.retryable
+        self.category: Category = info.category
+        self.message = info.message if not detail else f"{info.message} ({detail})"
+        super().__init__(f"[{code}] {self.message}")
+
+    @property
+    def recoverable(self) -> bool:
+        """True when a later attempt may succeed (``retryable`` under the contract's name)."""
+        return self.retryable
+
+    def as_event(self) -> dict[str, object]:
+        """Payload of the ``error`` event."""
+        return {
+            "code": str(self.code),
+            "message": self.message,
+            "severity": str(self.severity),
+            "recoverable": self.retryable,
+        }
+
+    def __repr__(self) -> str:
+        return f"AvatarError({self.code!s}, {self.detail!r})"
+
+
+def info(code: ErrorCode) -> CodeInfo:
+    """Catalogue entry of a code."""
+    return CATALOGUE[code]

@@ -1,0 +1,224 @@
+"""Client side of Socket.IO connection-state recovery (CSR) for python-socketio.
+
+python-socketio has no CSR client. The protocol (Socket.IO v5) is small:
+
+* the server's CONNECT reply carries a private session id ``pid`` when CSR is on;
+* every server EVENT sent without an ack id carries its *offset* as one extra trailing
+  string argument;
+* a reconnecting client adds ``{"pid", "offset"}`` (the last offset it processed) to its
+  CONNECT auth; the server then writes the missed EVENTs **before** its CONNECT reply, and
+  the reply carries the same ``pid``. Nothing on the wire says "recovered": compare pids.
+
+The extension points, and why each is needed:
+
+* ``connect(auth=callable)`` (public): python-socketio evaluates a callable auth on every
+  attempt, which is where pid/offset are added.
+* ``_handle_connect``: read ``pid``, decide ``recovered``, then flush the events the server
+  replayed before its CONNECT reply (stock python-socketio would dispatch them to a
+  namespace that is not connected yet).
+* ``_handle_event``: strip and record the trailing offset (python-socketio handlers are
+  arity-strict, so the extra argument would break them).
+* ``_handle_disconnect`` / ``_handle_eio_disconnect``: report the disconnect reason in the
+  Socket.IO vocabulary (``transport close``, ``io server disconnect``...) that decides
+  whether the session is recoverable.
+
+These are private methods: python-socketio is pinned to 5.18.x, and an interop test against
+the real Node ``socket.io`` server guards the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import engineio
+import socketio
+from socketio import packet as sio_packet
+
+log = logging.getLogger(__name__)
+
+#: Disconnect reasons, in the Socket.IO (JavaScript) vocabulary the protocol uses.
+TRANSPORT_CLOSE = "transport close"
+TRANSPORT_ERROR = "transport error"
+PING_TIMEOUT = "ping timeout"
+FORCED_CLOSE = "forced close"
+IO_SERVER_DISCONNECT = "io server disconnect"
+IO_CLIENT_DISCONNECT = "io client disconnect"
+
+#: Reasons after which the server keeps the session for recovery.
+RECOVERABLE_REASONS = frozenset({TRANSPORT_CLOSE, TRANSPORT_ERROR, PING_TIMEOUT, FORCED_CLOSE})
+
+AuthProvider = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
+
+
+def is_recoverable(reason: str) -> bool:
+    """Whether a disconnect reason leaves a session the server can restore."""
+    return reason in RECOVERABLE_REASONS
+
+
+class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
+    """``socketio.AsyncClient`` that speaks connection-state recovery on namespace ``/``.
+
+    Public state: ``pid`` (None until a CSR server answers), ``offset`` (last offset
+    processed), ``recovered`` (the last CONNECT restored the previous session) and
+    ``disconnect_reason`` (why the last connection ended, Socket.IO vocabulary).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("reconnection", False)  # the session machine decides, not the library
+        kwargs.setdefault("handle_sigint", False)
+        super().__init__(**kwargs)
+        self.pid: str | None = None
+        self.offset: str | None = None
+        self.recovered = False
+        self.disconnect_reason: str | None = None
+        self.replayed = 0
+        self._sent_pid: str | None = None
+        self._user_auth: Any = None
+        self._pre_connect: list[tuple[Any, list[Any], str | None]] = []
+        self._closing = False
+        self.last_receive = 0.0
+
+    # -- outgoing ---------------------------------------------------------------------------
+    async def _csr_auth(self) -> dict[str, Any]:
+        base = await self._get_real_value(self._user_auth) or {}
+        self._sent_pid = None
+        if self.pid is not None and self.offset is not None:
+            self._sent_pid = self.pid
+            # Same precedence as the JS client: the caller's keys win.
+            return {"pid": self.pid, "offset": self.offset, **base}
+        return dict(base)
+
+    async def connect(self, url: str, *args: Any, auth: Any = None, **kwargs: Any) -> None:
+        """Connect (or reconnect, offering recovery when a pid and offset are known)."""
+        if auth != self._csr_auth:  # bound methods compare equal, not identical
+            self._user_auth = auth
+        self._closing = False
+        self.disconnect_reason = None
+        self.recovered = False
+        self._pre_connect = []
+        await super().connect(url, *args, auth=self._csr_auth, **kwargs)
+
+    def forget(self) -> None:
+        """Drop pid/offset: the next connect is a fresh session (after an intentional end)."""
+        self.pid = None
+        self.offset = None
+
+    async def close_gracefully(self, timeout: float) -> None:
+        """Disconnect so that the server sees a client disconnect, within ``timeout``.
+
+        Stock ``disconnect()`` closes the websocket before its DISCONNECT packet is flushed,
+        so a CSR server keeps a recoverable session for every intentional disconnect.
+        Flushing the write queue first fixes that; the session is forgotten locally too.
+        """
+        self._closing = True
+        self.forget()
+        try:
+            if self.connected:
+                for ns in list(self.namespaces):
+                    await self._send_packet(self.packet_class(sio_packet.DISCONNECT, namespace=ns))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.eio.queue.join(), timeout / 2)
+            await asyncio.wait_for(self.eio.disconnect(), timeout / 2)
+        except (TimeoutError, OSError, RuntimeError) as exc:
+            log.debug("graceful disconnect incomplete: %s; aborting transport", type(exc).__name__)
+            await self.abort()
+        await self._close_http()
+
+    async def _close_http(self) -> None:
+        # engineio keeps its aiohttp session across reconnects; close it when we are done.
+        http = self.eio.http
+        if http is not None and not self.eio.external_http and not http.closed:
+            with contextlib.suppress(Exception):
+                await http.close()
+        self.eio.http = None
+
+    async def abort(self) -> None:
+        """Drop the transport at once without any goodbye (used on timeouts and by tests)."""
+        self._closing = True
+        eio = self.eio
+        with contextlib.suppress(Exception):
+            if eio.ws is not None:
+                await asyncio.wait_for(eio.ws.close(), 0.2)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(eio.disconnect(abort=True), 0.3)
+        for task in (eio.read_loop_task, eio.write_loop_task):
+            if task is not None and not task.done():
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await eio._reset()
+        await self._close_http()
+
+    # -- incoming ---------------------------------------------------------------------------
+    async def _handle_eio_message(self, data: Any) -> None:
+        self.last_receive = time.monotonic()
+        await super()._handle_eio_message(data)
+
+    async def _handle_connect(self, namespace: str | None, data: Any) -> None:
+        ns = namespace or "/"
+        if ns == "/":
+            pid = data.get("pid") if isinstance(data, dict) else None
+            pid = pid if isinstance(pid, str) and pid else None
+            self.recovered = pid is not None and pid == self._sent_pid
+            if not self.recovered:
+                self.offset = None
+                self._pre_connect = []
+            self.pid = pid
+        await super()._handle_connect(namespace, data)
+        if ns == "/" and self._pre_connect:
+            buffered, self._pre_connect = self._pre_connect, []
+            self.replayed += len(buffered)
+            for ack_id, args, offset in buffered:
+                await self._deliver(ns, ack_id, args, offset)
+
+    async def _handle_event(self, namespace: str | None, id: Any, data: list[Any]) -> None:
+        ns = namespace or "/"
+        offset: str | None = None
+        # The server appends the offset to EVENTs that have no ack id and are not volatile.
+        if (
+            ns == "/"
+            and (self.pid is not None or ns not in self.namespaces)
+            and id is None
+            and len(data) >= 2
+            and isinstance(data[-1], str)
+        ):
+            offset, data = data[-1], data[:-1]
+        if ns not in self.namespaces:
+            # Replayed packets are written by the server *before* its CONNECT reply.
+            if len(self._pre_connect) < 100_000:
+                self._pre_connect.append((id, data, offset))
+            return
+        await self._deliver(ns, id, data, offset)
+
+    async def _deliver(self, ns: str, ack_id: Any, data: list[Any], offset: str | None) -> None:
+        await super()._handle_event(ns, ack_id, data)
+        if offset is not None:
+            self.offset = offset
+
+    async def _handle_disconnect(self, namespace: str | None) -> None:
+        # A Socket.IO DISCONNECT packet from the server: it ended this session on purpose.
+        if (namespace or "/") == "/":
+            self.disconnect_reason = IO_SERVER_DISCONNECT
+            self.forget()
+        await super()._handle_disconnect(namespace)
+
+    async def _handle_eio_disconnect(self, reason: str) -> None:
+        self._pre_connect = []
+        if self.disconnect_reason is None:
+            self.disconnect_reason = self._translate(reason)
+        await super()._handle_eio_disconnect(reason)
+
+    def _translate(self, eio_reason: str) -> str:
+        if self._closing or eio_reason == engineio.Client.reason.CLIENT_DISCONNECT:
+            return IO_CLIENT_DISCONNECT
+        if eio_reason == engineio.Client.reason.SERVER_DISCONNECT:
+            # An Engine.IO CLOSE packet: the JS client calls this "transport close".
+            return TRANSPORT_CLOSE
+        interval = (self.eio.ping_interval or 0) + (self.eio.ping_timeout or 0)
+        if interval and time.monotonic() - self.last_receive >= interval:
+            return PING_TIMEOUT
+        return TRANSPORT_ERROR
