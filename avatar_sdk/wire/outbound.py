@@ -72,7 +72,7 @@ def build_join(
 
 
 def build_stv_new_session(room_id: str) -> dict[str, Any]:
-    """Payload of ``stvNewSession``; never carries ``cast_mode`` (webrtc cast leaks a private IP)."""
+    """Payload of ``stvNewSession``; never ``cast_mode`` (webrtc cast leaks a private IP)."""
     return {"room_id": room_id}
 
 
@@ -120,7 +120,7 @@ def build_approved_permissions(room_id: str) -> dict[str, Any]:
 def build_text_entered(
     text: str, *, is_final: bool = True, is_speech_start: bool | None = None
 ) -> dict[str, Any]:
-    """Payload of ``onTextEntered`` (also ``debug_text_entered``); ``isSpeechStart`` only when given."""
+    """Payload of ``onTextEntered``/``debug_text_entered``; ``isSpeechStart`` only when given."""
     payload: dict[str, Any] = {"text": text, "isFinal": is_final}
     if is_speech_start is not None:
         payload["isSpeechStart"] = is_speech_start
@@ -144,10 +144,10 @@ def _rand_id(length: int, rng: random.Random | None) -> str:
 
 
 def new_room_id(rng: random.Random | None = None) -> str:
-    """Fresh 12-char ``[a-z0-9]`` room id; pass a seeded ``rng`` for reproducible tests."""
+    """Fresh 12-char ``[a-z0-9]`` room id; a seeded ``rng`` makes it reproducible."""
     return _rand_id(12, rng)
 
 
 def new_sticky_id(rng: random.Random | None = None) -> str:
-    """Fresh 16-char ``[a-z0-9]`` sticky-session id; pass a seeded ``rng`` for reproducible tests."""
+    """Fresh 16-char ``[a-z0-9]`` sticky-session id; a seeded ``rng`` makes it reproducible."""
     return _rand_id(16, rng)

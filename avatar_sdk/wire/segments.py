@@ -254,7 +254,7 @@ def _split_objects(text: str, start: int) -> list[dict[str, Any]]:
 
 
 def parse_tool_call(seg: BrainSegment) -> ToolCall | None:
-    """Parse a ``tool`` segment (``"<name> <json-args>"``); ``None`` if it is not one. Never raises."""
+    """Parse a ``tool`` segment (``"<name> <json-args>"``); ``None`` if not one. Never raises."""
     content = seg.content
     if seg.type != "tool" or not isinstance(content, str) or not content:
         return None

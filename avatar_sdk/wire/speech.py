@@ -48,7 +48,7 @@ class SpeechId:
 
     @classmethod
     def parse(cls, raw: str) -> SpeechId | None:
-        """Parse ``raw``; ``None`` when it is not a string, the nonce is odd or the trigger unknown."""
+        """Parse ``raw``; ``None`` for a non-string, an odd nonce or an unknown trigger."""
         if not isinstance(raw, str):
             return None
         nonce, sep, rest = raw.partition("-")

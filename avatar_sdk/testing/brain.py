@@ -1,0 +1,114 @@
+"""The staging backend's scripted brain: what the agent says, and how it misbehaves.
+
+A turn is a list of wire events the server streams after a user turn, in the order the real
+conversation manager sends them (PROTOCOL.md §3.9). Tests script replies, tool calls and
+stalls; anything unscripted gets a short echo reply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..wire.names import In
+from ..wire.speech import make_speech_id
+
+WireEvent = tuple[str, dict[str, Any]]
+
+
+@dataclass
+class _Scripted:
+    text: str | None = None
+    tool_calls: list[str] = field(default_factory=list)
+    stall: float | None = None
+
+
+class Brain:
+    """Scripted replies. Each ``reply``/``stall``/``tool_calls`` call scripts the next turn."""
+
+    def __init__(self) -> None:
+        self._script: deque[_Scripted] = deque()
+        self.greeting = "Hello! I am the staging avatar. How can I help?"
+        self.chunk_words = 4
+        self.turns_started = 0
+
+    def reply(self, text: str) -> None:
+        """The next turn's spoken answer."""
+        self._script.append(_Scripted(text=text))
+
+    def stall(self, seconds: float) -> None:
+        """After the next user turn, stay silent for ``seconds`` before answering."""
+        self._script.append(_Scripted(stall=seconds))
+
+    def tool_calls(self, calls: list[str], then: str | None = None) -> None:
+        """The next turn emits these raw ``tool`` segment contents (fused ones allowed)."""
+        self._script.append(_Scripted(text=then, tool_calls=list(calls)))
+
+    def clear(self) -> None:
+        self._script.clear()
+
+    def next_plan(self, user_text: str) -> _Scripted:
+        if self._script:
+            return self._script.popleft()
+        return _Scripted(text=f"You said: {user_text}" if user_text else "I am listening.")
+
+    def turn_events(
+        self,
+        *,
+        speech_id: str,
+        turn_id: str,
+        text: str,
+        thread_id: str | None,
+        tool_calls: list[str] | None = None,
+    ) -> list[WireEvent]:
+        """The ordered events of one spoken turn."""
+        self.turns_started += 1
+        events: list[WireEvent] = [
+            (In.AGENT_START_SPEECH, {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True}),
+        ]
+        seg = 0
+
+        def raw(delta: dict[str, Any]) -> WireEvent:
+            nonlocal seg
+            seg += 1
+            delta = {"role": "assistant", "segmentNumber": seg, "et": round(0.05 * seg, 3), **delta}
+            return (
+                In.AGENT_RAW_TEXT,
+                {"speechId": speech_id, "turnId": turn_id, "delta": json.dumps(delta)},
+            )
+
+        think: dict[str, Any] = {"type": "think", "content": ""}
+        if thread_id is not None:
+            think["threadId"] = thread_id
+        events.append(raw(think))
+        for call in tool_calls or ():
+            events.append(raw({"type": "tool", "content": call}))
+            name = call.split("{", 1)[0].strip() or "tool"
+            events.append(raw({"type": "tool_response", "content": f"{name} responded with size 2"}))
+        if text:
+            words = text.split()
+            chunks = [
+                " ".join(words[i : i + self.chunk_words])
+                for i in range(0, len(words), self.chunk_words)
+            ] or [text]
+            for i, chunk in enumerate(chunks):
+                content = chunk if i == 0 else " " + chunk
+                events.append(raw({"type": "avatar", "content": content}))
+            events.append((In.GENERATING_SPEECH, {"text": text, "speechId": speech_id}))
+            for chunk in chunks:
+                events.append(
+                    (In.STV_SPEECH_CHUNK, {"text": chunk, "speechId": speech_id, "durationMs": 400})
+                )
+            events.append((In.STV_STARTED_TALKING, {}))
+        events.append(raw({"type": "think", "content": "", "isFinal": True}))
+        events.append((In.AGENT_END_TURN, {"speechId": speech_id, "turnId": turn_id}))
+        events.append((In.STV_FINISHED_GENERATING, {"speechId": speech_id}))
+        if text:
+            events.append((In.STV_FINISHED_TALKING, {"agentContent": text}))
+        return events
+
+    @staticmethod
+    def speech_id_for(trigger: str, payload: str = "") -> str:
+        return make_speech_id(trigger, payload[:60])

@@ -1,0 +1,108 @@
+"""Fault injection for the staging backend: one method per fault, each one line in a test."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..wire.names import In
+
+if TYPE_CHECKING:
+    from .server import StagingServer
+
+#: A payload per event that no parser can accept (wrong type where an object is required).
+_MALFORMED: dict[str, Any] = {
+    In.AGENT_RAW_TEXT: {"speechId": 7, "turnId": None, "delta": 42},
+    In.ASR_WEBRTC_ANSWER: {"answer": "not-an-object"},
+}
+
+
+class Faults:
+    """Control-plane faults. Names follow CONTRACT.md; extra keyword options are additive."""
+
+    def __init__(self, server: StagingServer) -> None:
+        self._server = server
+        self.withheld: set[str] = set()
+        self.capacity_full_until = 0.0
+        self.tier_exceeded_pending = False
+        self.added_latency = 0.0
+        self.injected: list[str] = []
+
+    # -- socket -----------------------------------------------------------------------------
+    async def drop_socket(self, recovery: bool = True) -> int:
+        """Kill every client transport abruptly (recoverable unless ``recovery=False``)."""
+        self.injected.append("drop_socket")
+        sio = self._server.sio
+        dropped = 0
+        for sid in list(self._server.conversations):
+            if await sio.drop_transport(sid, recoverable=recovery):
+                dropped += 1
+        return dropped
+
+    async def server_disconnect(self) -> None:
+        """A Socket.IO-level disconnect from the server ("io server disconnect"): final."""
+        self.injected.append("server_disconnect")
+        for sid in list(self._server.conversations):
+            await self._server.sio.disconnect(sid)
+
+    def recovery_window(self, seconds: float) -> None:
+        """Server-side connection-state-recovery window (default 20 s)."""
+        self._server.sio.recovery_window = seconds
+
+    # -- capacity and admission -------------------------------------------------------------
+    def capacity_full(self, seconds: float) -> None:
+        """Every join answers ``throwToNoAgent`` (and availability is false) for ``seconds``."""
+        self.injected.append("capacity_full")
+        self.capacity_full_until = time.monotonic() + seconds
+
+    @property
+    def capacity_is_full(self) -> bool:
+        return time.monotonic() < self.capacity_full_until
+
+    def tier_exceeded(self) -> None:
+        """The next join answers ``throwToExceededTier``."""
+        self.injected.append("tier_exceeded")
+        self.tier_exceeded_pending = True
+
+    def withhold(self, event_name: str) -> None:
+        """Never send that event (any handshake event, or any other)."""
+        self.withheld.add(event_name)
+
+    # -- conversation -----------------------------------------------------------------------
+    async def end_conversation(self) -> None:
+        """``conversationTimeExpired`` then ``conversationEnded`` to every client."""
+        self.injected.append("end_conversation")
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(In.CONVERSATION_TIME_EXPIRED, {})
+            await conv.emit(In.CONVERSATION_ENDED, {})
+
+    async def time_warning(self, remaining: float = 60.0) -> None:
+        """``conversationTimeWarning`` with ``remainingTime`` seconds."""
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(In.CONVERSATION_TIME_WARNING, {"remainingTime": remaining})
+
+    async def agent_crash(self, recoverable: bool = True) -> None:
+        """``session_error`` AGENT_CHILD_CRASHED_RESTARTED (recoverable) or AGENT_CHILD_CRASHED."""
+        self.injected.append("agent_crash")
+        code = "AGENT_CHILD_CRASHED_RESTARTED" if recoverable else "AGENT_CHILD_CRASHED"
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(In.SESSION_ERROR, {"code": code, "message": "agent process exited"})
+
+    async def malformed(self, event_name: str, payload: Any = None) -> None:
+        """Send ``event_name`` with a payload of the wrong shape."""
+        self.injected.append(f"malformed:{event_name}")
+        bad = payload if payload is not None else _MALFORMED.get(event_name, "not-an-object")
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(event_name, bad)
+
+    def latency(self, seconds: float) -> None:
+        """Added before every server emit."""
+        self.added_latency = max(0.0, seconds)
+
+    def clear(self) -> None:
+        """Back to healthy."""
+        self.withheld.clear()
+        self.capacity_full_until = 0.0
+        self.tier_exceeded_pending = False
+        self.added_latency = 0.0
+        self._server.sio.recovery_enabled = True

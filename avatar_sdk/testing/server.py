@@ -1,0 +1,396 @@
+"""StagingServer: a protocol-faithful conversation backend on 127.0.0.1.
+
+One aiohttp application serves the Socket.IO control plane (python-socketio with
+connection-state recovery, see :mod:`.csr_server`) and the "genie" HTTP API
+(``/genie/thread/session_completed``). It answers the connect sequence of PROTOCOL.md §2
+exactly like the real conversation manager, including its quirks: a ``join`` without
+``kaltura.ks`` is accepted and never answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from ..wire.names import In, Out
+from .brain import Brain
+from .csr_server import RecoveringAsyncServer
+from .faults import Faults
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReceivedEvent:
+    """A client emit as the server saw it."""
+
+    sid: str
+    event: str
+    payload: Any
+    at: float = field(default_factory=time.monotonic)
+
+
+class Conversation:
+    """Server-side state of one client session (one Socket.IO sid)."""
+
+    def __init__(self, server: StagingServer, sid: str) -> None:
+        self.server = server
+        self.sid = sid
+        self.thread_id: str | None = None
+        self.thread_announced = False
+        self.room: str | None = None
+        self.joined = False
+        self.approved = False
+        self.muted = False
+        self.paused = False
+        self.speaking = False
+        self.current_speech: str | None = None
+        self.turn_task: asyncio.Task[None] | None = None
+        self.turn_counter = itertools.count(1)
+        self.user_turns: list[str] = []
+        self.ended = False
+
+    async def emit(self, event: str, payload: Any) -> None:
+        """Emit to this client through the recovery buffer, honouring latency and withholding."""
+        faults = self.server.faults
+        if event in faults.withheld or self.ended:
+            return
+        if faults.added_latency:
+            await asyncio.sleep(faults.added_latency)
+        self.server.emitted[event] += 1
+        await self.server.sio.emit_recoverable(self.sid, event, payload)
+
+    def start_turn(self, trigger: str, user_text: str) -> None:
+        self.cancel_turn()
+        self.turn_task = asyncio.ensure_future(self._run_turn(trigger, user_text))
+
+    def cancel_turn(self) -> None:
+        if self.turn_task is not None and not self.turn_task.done():
+            self.turn_task.cancel()
+        self.turn_task = None
+
+    async def _run_turn(self, trigger: str, user_text: str) -> None:
+        brain = self.server.brain
+        plan = brain.next_plan(user_text) if trigger == "transcript" else None
+        text = brain.greeting if plan is None else (plan.text or "")
+        speech_id = brain.speech_id_for(trigger, user_text)
+        self.current_speech = speech_id
+        turn_id = f"turn-{next(self.turn_counter)}"
+        thread = None if self.thread_announced else self.thread_id
+        self.thread_announced = True
+        events = brain.turn_events(
+            speech_id=speech_id,
+            turn_id=turn_id,
+            text=text,
+            thread_id=thread,
+            tool_calls=plan.tool_calls if plan else None,
+        )
+        if plan is not None and plan.stall:
+            await asyncio.sleep(plan.stall)
+        try:
+            for event, payload in events:
+                if event == In.STV_STARTED_TALKING:
+                    self.speaking = True
+                elif event == In.STV_FINISHED_TALKING:
+                    self.speaking = False
+                await self.emit(event, payload)
+                await asyncio.sleep(self.server.event_spacing)
+        except asyncio.CancelledError:
+            self.speaking = False
+            raise
+
+    async def barge_in(self) -> None:
+        was_speaking = self.speaking or (self.turn_task is not None and not self.turn_task.done())
+        self.cancel_turn()
+        if was_speaking:
+            self.speaking = False
+            await self.emit(In.AGENT_INTERRUPTED, {})
+            await self.emit(In.STV_FINISHED_TALKING, {"agentContent": ""})
+
+    def close(self) -> None:
+        self.ended = True
+        self.cancel_turn()
+
+
+class StagingServer:
+    """The staging backend. Use as ``async with StagingServer() as staging: ...``."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        recovery_window: float = 20.0,
+        event_spacing: float = 0.002,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.token = token or "stg-" + secrets.token_urlsafe(24)
+        self.event_spacing = event_spacing
+        self.sio = RecoveringAsyncServer(
+            recovery_window=recovery_window,
+            cors_allowed_origins=[],
+            ping_interval=25,
+            ping_timeout=20,
+        )
+        self.brain = Brain()
+        self.faults = Faults(self)
+        self.conversations: dict[str, Conversation] = {}
+        self.received: list[ReceivedEvent] = []
+        self.emitted: Counter[str] = Counter()
+        self.completed_threads: list[str] = []
+        self.completion_requests: list[dict[str, Any]] = []
+        self.connections = 0
+        self.refused_connections = 0
+        self.disconnects: list[tuple[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self._thread_ids = itertools.count(1)
+        self._register_handlers()
+        self.sio.recovered_handler = self._on_recovered
+        self.sio.expired_handler = self._on_expired
+        self.recovered_sids: list[str] = []
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> StagingServer:
+        app = web.Application()
+        self.sio.attach(app, socketio_path="socket.io")
+        app.router.add_post("/genie/thread/session_completed", self._session_completed)
+        app.router.add_get("/healthz", self._healthz)
+        self.add_routes(app)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    def add_routes(self, app: web.Application) -> None:
+        """Hook for extensions (media endpoints, control API)."""
+
+    async def stop(self) -> None:
+        for conv in self.conversations.values():
+            conv.close()
+        tasks = [c.turn_task for c in self.conversations.values() if c.turn_task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.sio.close_all_sessions()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.sio.shutdown(), 1.0)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> StagingServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def genie_url(self) -> str:
+        return f"http://{self.host}:{self.port}/genie"
+
+    # -- assertions helpers -----------------------------------------------------------------
+    def received_events(self, name: str, sid: str | None = None) -> list[ReceivedEvent]:
+        """Client emits named ``name`` (optionally only from ``sid``), in arrival order."""
+        return [r for r in self.received if r.event == name and (sid is None or r.sid == sid)]
+
+    @property
+    def live_sids(self) -> list[str]:
+        return [sid for sid, conv in self.conversations.items() if not conv.ended]
+
+    # -- Socket.IO handlers -----------------------------------------------------------------
+    def _register_handlers(self) -> None:
+        sio = self.sio
+        sio.on("connect", self._on_connect)
+        sio.on("connected", self._on_connected)
+        sio.on("disconnect", self._on_disconnect)
+        sio.on("*", self._on_any)
+
+    async def _on_connect(self, sid: str, environ: Any, auth: Any = None) -> bool:
+        token = auth.get("token") if isinstance(auth, dict) else None
+        if token != self.token:
+            self.refused_connections += 1
+            # What the real backend's auth middleware does: a CONNECT_ERROR, never a session.
+            raise ConnectionRefusedError("invalid token")
+        self.connections += 1
+        self.conversations[sid] = Conversation(self, sid)
+        return True
+
+    async def _on_connected(self, sid: str) -> None:
+        conv = self.conversations.get(sid)
+        if conv is not None:
+            await conv.emit(
+                In.ON_SERVER_CONNECTED,
+                {"finalUrl": self.url, "agentName": "Staging Avatar", "hostName": "staging-pod-1"},
+            )
+
+    async def _on_disconnect(self, sid: str, reason: Any = None) -> None:
+        self.disconnects.append((sid, str(reason)))
+        if self.sio.is_pending_recovery(sid):
+            return  # keep the conversation: turns go on streaming into the recovery buffer
+        conv = self.conversations.pop(sid, None)
+        if conv is not None:
+            conv.close()
+
+    async def _on_recovered(self, sid: str, replayed: int) -> None:
+        self.recovered_sids.append(sid)
+
+    async def _on_expired(self, sid: str) -> None:
+        conv = self.conversations.pop(sid, None)
+        if conv is not None:
+            conv.close()
+
+    async def _on_any(self, event: str, sid: str, *args: Any) -> None:
+        payload = args[0] if args else None
+        self.received.append(ReceivedEvent(sid, event, payload))
+        conv = self.conversations.get(sid)
+        if conv is None:
+            return
+        handler = self._handlers().get(event)
+        if handler is not None:
+            await handler(conv, payload if isinstance(payload, dict) else {})
+
+    def _handlers(self) -> dict[str, Any]:
+        return {
+            Out.JOIN: self._join,
+            Out.STV_NEW_SESSION: self._stv_new_session,
+            Out.CHECK_AVAILABILITY: self._check_availability,
+            Out.APPROVED_PERMISSIONS: self._approved,
+            Out.TEXT_ENTERED: self._text_entered,
+            Out.MUTE_USER: self._mute,
+            Out.UNMUTE_USER: self._unmute,
+            Out.PAUSE_CONVERSATION: self._pause,
+            Out.RESUME_CONVERSATION: self._resume,
+        }
+
+    async def _join(self, conv: Conversation, data: dict[str, Any]) -> None:
+        kaltura = data.get("kaltura")
+        if not isinstance(kaltura, dict) or kaltura.get("ks") != self.token:
+            return  # the real CM accepts the socket but never answers such a join
+        if conv.joined:
+            return  # a re-join on a live socket is silently ignored by the real server
+        if self.faults.tier_exceeded_pending:
+            self.faults.tier_exceeded_pending = False
+            await conv.emit(In.THROW_TO_EXCEEDED_TIER, {})
+            await self.sio.disconnect(conv.sid)
+            return
+        if self.faults.capacity_is_full:
+            await conv.emit(In.THROW_TO_NO_AGENT, {})
+            await self.sio.disconnect(conv.sid)
+            return
+        thread = kaltura.get("threadId")
+        conv.thread_id = thread if isinstance(thread, str) and thread else self._new_thread_id()
+        conv.room = str(data.get("channel") or data.get("room") or "")
+        conv.joined = True
+        await conv.emit(
+            In.CLIENT_CONFIGURATION,
+            {
+                "clientConfiguration": {
+                    "languageCode": "en",
+                    "isTapToTalk": False,
+                    "interruptionsEnabled": True,
+                    "pauseConversationEnabled": True,
+                    "agentPersonaName": "Staging Avatar",
+                }
+            },
+        )
+        await conv.emit(In.JOIN_COMPLETE, {})
+
+    def _new_thread_id(self) -> str:
+        return f"thr-{next(self._thread_ids):04d}-{secrets.token_hex(4)}"
+
+    async def _stv_new_session(self, conv: Conversation, data: dict[str, Any]) -> None:
+        if not conv.joined:
+            return
+        await conv.emit(In.STV_NEW_SESSION, self.stv_session_payload(conv))
+        await conv.emit(In.SHOW_AGENT, {})
+        await conv.emit(In.ASK_PERMISSIONS, {"constraints": {"audio": True, "video": False}})
+
+    def stv_session_payload(self, conv: Conversation) -> dict[str, Any]:
+        """What ``stvNewSession`` answers (the media side overrides this with a WHEP URL)."""
+        session_id = f"stv-{conv.sid[:8]}"
+        return {
+            "session_id": session_id,
+            "status": "session started",
+            "webrtc_url": f"{self.url}/rtc/v1/whep/?app=app&stream={session_id}",
+        }
+
+    async def _check_availability(self, conv: Conversation, data: dict[str, Any]) -> None:
+        available = not self.faults.capacity_is_full
+        active = len(self.live_sids)
+        await conv.emit(
+            In.AVAILABILITY_RESULT,
+            {
+                "available": available,
+                "details": {
+                    "stvAvailable": available,
+                    "whisperAvailable": True,
+                    "activeCalls": active,
+                    "maxCalls": 12,
+                    "capacityAvailable": available,
+                },
+            },
+        )
+
+    async def _approved(self, conv: Conversation, data: dict[str, Any]) -> None:
+        if conv.approved or not conv.joined:
+            return
+        conv.approved = True
+        conv.start_turn("approved-permissions", "")
+
+    async def _text_entered(self, conv: Conversation, data: dict[str, Any]) -> None:
+        if not conv.approved:
+            return
+        if data.get("isSpeechStart") is True:
+            await conv.barge_in()
+            return
+        text = data.get("text")
+        if data.get("isFinal") is True and isinstance(text, str) and text.strip():
+            conv.user_turns.append(text)
+            conv.start_turn("transcript", text)
+
+    async def _mute(self, conv: Conversation, data: dict[str, Any]) -> None:
+        conv.muted = True
+
+    async def _unmute(self, conv: Conversation, data: dict[str, Any]) -> None:
+        conv.muted = False
+
+    async def _pause(self, conv: Conversation, data: dict[str, Any]) -> None:
+        conv.paused = True
+
+    async def _resume(self, conv: Conversation, data: dict[str, Any]) -> None:
+        conv.paused = False
+        await conv.emit(In.CONVERSATION_RESUMED, {})
+
+    # -- genie HTTP ---------------------------------------------------------------------------
+    async def _session_completed(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"KS {self.token}":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "bad json"}, status=400)
+        thread = body.get("id") if isinstance(body, dict) else None
+        if not isinstance(thread, str) or not thread:
+            return web.json_response({"error": "missing id"}, status=400)
+        self.completion_requests.append({"id": thread, "at": time.monotonic()})
+        self.completed_threads.append(thread)
+        return web.json_response({})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "conversations": len(self.conversations)})

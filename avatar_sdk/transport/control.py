@@ -1,0 +1,225 @@
+"""ControlChannel: the Socket.IO control plane, one instance per server session attempt.
+
+It reports facts (an inbound event, a disconnect with its reason, a recovered reconnect) and
+never decides what happens next: python-socketio's own reconnection is off, and reconnects
+happen only when the session machine calls :meth:`reconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import aiohttp
+import socketio
+
+from ..errors import AvatarError, ErrorCode
+from ..redact import register_secret
+from .csr import RecoveringAsyncClient, is_recoverable
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[str, list[Any]], None]
+DisconnectSink = Callable[["ControlChannel", str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOutcome:
+    """Result of opening or reopening the socket."""
+
+    sid: str
+    recovered: bool
+    replayed: int
+    duration: float
+
+
+class ControlChannel:
+    """One Socket.IO client connection (and its in-place recoveries) to the backend."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        sticky_id: str,
+        partner_id: str | None,
+        on_event: EventSink,
+        on_disconnect: DisconnectSink,
+        level: str = "published",
+        debug_mode: bool = True,
+    ) -> None:
+        register_secret(token)
+        self._base_url = url.rstrip("/")
+        self.__token = token
+        self._query = {
+            "partnerId": partner_id or "",
+            "billed_client": "",
+            "stickyId": sticky_id,
+            "level": level,
+            "debugMode": "true" if debug_mode else "false",
+        }
+        self._on_event = on_event
+        self._on_disconnect = on_disconnect
+        self._http: aiohttp.ClientSession | None = None
+        self._client: RecoveringAsyncClient | None = None
+        self._emit_lock = asyncio.Lock()
+        self._closed = False
+        self.connect_count = 0
+        self.events_in = 0
+        self.events_out = 0
+        self.last_activity = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"<ControlChannel {self._base_url} sid={self.sid!r} connected={self.connected}>"
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and bool(self._client.connected)
+
+    @property
+    def sid(self) -> str | None:
+        if self._client is None or not self._client.connected:
+            return None
+        sid = self._client.get_sid("/")
+        return sid if isinstance(sid, str) else None
+
+    @property
+    def can_recover(self) -> bool:
+        """True when a reconnect may restore the server session (a pid and offset are held)."""
+        return self._client is not None and self._client.pid is not None and self._client.offset is not None
+
+    def _url(self) -> str:
+        parts = urlsplit(self._base_url)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(self._query), ""))
+
+    def _auth(self) -> dict[str, Any]:
+        return {"token": self.__token}
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def open(self, timeout: float) -> ConnectOutcome:
+        """Open the socket (first connect). Raises ``AvatarError`` on failure."""
+        if self._closed:
+            raise AvatarError(ErrorCode.CLOSED, "control channel closed")
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        client = RecoveringAsyncClient(http_session=self._http, logger=False, engineio_logger=False)
+        client.on("*", self._handle_event)
+        client.on("connect_error", self._handle_connect_error)
+        client.on("disconnect", self._handle_disconnect)
+        self._client = client
+        return await self._connect(timeout)
+
+    async def reconnect(self, timeout: float) -> ConnectOutcome:
+        """Reconnect on the same client, offering connection-state recovery."""
+        if self._client is None or self._closed:
+            raise AvatarError(ErrorCode.CLOSED, "control channel closed")
+        if self._client.connected:
+            with contextlib.suppress(Exception):
+                await self._client.abort()
+        return await self._connect(timeout)
+
+    async def _connect(self, timeout: float) -> ConnectOutcome:
+        assert self._client is not None
+        client = self._client
+        self._refused: Any = None
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(
+                client.connect(
+                    self._url(),
+                    auth=self._auth,
+                    transports=["websocket"],
+                    socketio_path="socket.io",
+                    wait_timeout=max(timeout, 0.05),
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            await self._drop_quietly()
+            raise AvatarError(ErrorCode.CONNECT_TIMEOUT, "socket open timed out") from None
+        except socketio.exceptions.ConnectionError as exc:
+            await self._drop_quietly()
+            if self._refused is not None:
+                raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(self._refused)) from None
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__) from None
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            await self._drop_quietly()
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__) from None
+        self.connect_count += 1
+        self.last_activity = time.monotonic()
+        return ConnectOutcome(
+            sid=self.sid or "",
+            recovered=bool(client.recovered),
+            replayed=client.replayed,
+            duration=time.monotonic() - started,
+        )
+
+    async def _drop_quietly(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.abort()
+
+    async def emit(self, event: str, payload: Any) -> None:
+        """Send one event. Raises ``AvatarError(TRANSPORT_CLOSED)`` when not connected."""
+        client = self._client
+        if client is None or not client.connected:
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"cannot send {event}: not connected")
+        async with self._emit_lock:
+            try:
+                await client.emit(event, payload)
+            except (socketio.exceptions.SocketIOError, OSError) as exc:
+                raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
+        self.events_out += 1
+
+    async def drop(self) -> None:
+        """Kill the transport without a goodbye (tests, and a socket judged dead by a probe)."""
+        await self._drop_quietly()
+
+    async def close(self, timeout: float) -> None:
+        """Disconnect gracefully (bounded) and release everything this channel owns."""
+        if self._closed:
+            return
+        self._closed = True
+        client = self._client
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.close_gracefully(timeout), timeout + 0.1)
+            except (TimeoutError, Exception):  # noqa: BLE001 - teardown must finish
+                await self._drop_quietly()
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.close()
+            self._http = None
+
+    # -- inbound ----------------------------------------------------------------------------
+    async def _handle_event(self, event: str, *args: Any) -> None:
+        self.events_in += 1
+        self.last_activity = time.monotonic()
+        self._on_event(event, list(args))
+
+    async def _handle_connect_error(self, data: Any = None, *_: Any) -> None:
+        self._refused = data if data is not None else "refused"
+
+    async def _handle_disconnect(self, *_: Any) -> None:
+        client = self._client
+        reason = (client.disconnect_reason if client is not None else None) or "transport close"
+        if self._closed:
+            return
+        self._on_disconnect(self, reason)
+
+
+def _safe_reason(data: Any) -> str:
+    """A short, token-free description of a CONNECT refusal."""
+    if isinstance(data, dict):
+        data = data.get("message", "refused")
+    return str(data)[:120]
+
+
+__all__ = ["ConnectOutcome", "ControlChannel", "is_recoverable"]
