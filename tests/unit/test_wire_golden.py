@@ -47,7 +47,11 @@ def sample(shape: Any) -> Any:
 
 def sample_for(event: str) -> Any:
     if event == "agent_raw_text":
-        return {"speechId": "a-transcript-x", "turnId": "t", "delta": '{"type":"text","content":"hi"}'}
+        return {
+            "speechId": "a-transcript-x",
+            "turnId": "t",
+            "delta": '{"type":"text","content":"hi"}',
+        }
     return sample(SHAPES[f"in {event}"])
 
 

@@ -45,6 +45,7 @@ from avatar_sdk.wire import (
     TimeWarning,
     UnknownEvent,
     UserStartedTalking,
+    inbound,
     parse_event,
 )
 
@@ -100,7 +101,8 @@ def test_client_configuration_wrapped_and_bare() -> None:
     ],
 )
 def test_signal_events_accept_any_payload(event: str, cls: type) -> None:
-    for args in ([], [{}], [None], ["junk"], [[1, 2]], [{}, 17], [{"x": {"y": []}}, "off"]):
+    samples: list[list[Any]] = [[], [{}], [None], ["junk"], [[1, 2]], [{}, 17], [{"x": {}}, "o"]]
+    for args in samples:
         assert parse_event(event, args) == cls()
 
 
@@ -186,13 +188,24 @@ def test_session_error() -> None:
 def test_asr_answer() -> None:
     sdp = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"
     assert p("asr-webrtc-answer", {"answer": {"type": "answer", "sdp": sdp}}) == AsrAnswer(sdp)
-    for bad in ({}, {"answer": {}}, {"answer": {"sdp": 3}}, {"answer": {"sdp": ""}}):
+    bads: list[dict[str, Any]] = [
+        {},
+        {"answer": {}},
+        {"answer": {"sdp": 3}},
+        {"answer": {"sdp": ""}},
+    ]
+    for bad in bads:
         with pytest.raises(ProtocolError, match="asr-webrtc-answer"):
             p("asr-webrtc-answer", bad)
 
 
 def test_asr_ice_candidate() -> None:
-    payload = {"uid": "u", "type": "ice_candidate", "candidate": "candidate:1 1", "sdpMLineIndex": 0}
+    payload = {
+        "uid": "u",
+        "type": "ice_candidate",
+        "candidate": "candidate:1 1",
+        "sdpMLineIndex": 0,
+    }
     assert p("asr-ice-candidate", payload) == AsrIceCandidate("candidate:1 1", 0, None)
     nested = {"candidate": {"candidate": "c", "sdpMid": "0", "sdpMLineIndex": 1}}
     assert p("asr-ice-candidate", nested) == AsrIceCandidate("c", 1, "0")
@@ -211,7 +224,9 @@ def test_asr_error() -> None:
 
 
 def test_agent_raw_text() -> None:
-    delta = json.dumps({"role": "assistant", "type": "avatar", "content": "Hi!", "segmentNumber": 2})
+    delta = json.dumps(
+        {"role": "assistant", "type": "avatar", "content": "Hi!", "segmentNumber": 2}
+    )
     ev = p("agent_raw_text", {"speechId": "4nkM-transcript-hey", "turnId": "t1", "delta": delta})
     assert isinstance(ev, AgentRawText)
     assert (ev.speech_id, ev.turn_id) == ("4nkM-transcript-hey", "t1")
@@ -298,7 +313,9 @@ def test_ignored_events(event: str) -> None:
 
 
 def test_unknown_event_passthrough() -> None:
-    assert parse_event("brandNewEvent", [{"a": 1}, "off"]) == UnknownEvent("brandNewEvent", {"a": 1})
+    assert parse_event("brandNewEvent", [{"a": 1}, "off"]) == UnknownEvent(
+        "brandNewEvent", {"a": 1}
+    )
     assert parse_event("brandNewEvent", []) == UnknownEvent("brandNewEvent", {})
 
 
@@ -314,7 +331,7 @@ def test_bad_event_name_or_args() -> None:
     with pytest.raises(ProtocolError):
         parse_event(123, [])  # type: ignore[arg-type]
     with pytest.raises(ProtocolError):
-        parse_event("joinComplete", "not-a-list")  # type: ignore[arg-type]
+        parse_event("joinComplete", "not-a-list")  # a str is a Sequence, but not an arg list
     with pytest.raises(ProtocolError):
         parse_event("joinComplete", None)  # type: ignore[arg-type]
 
@@ -323,3 +340,14 @@ def test_events_are_frozen() -> None:
     ev = AgentTurnToTalk("x")
     with pytest.raises(AttributeError):
         ev.user_transcription = "y"  # type: ignore[misc]
+
+
+def test_parser_bug_is_contained_as_protocol_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(event: str, payload: Any) -> InboundEvent:
+        raise TypeError("bug")
+
+    monkeypatch.setitem(inbound._PARSERS, "agentTurnToTalk", broken)
+    with pytest.raises(ProtocolError) as info:
+        parse_event("agentTurnToTalk", [{}])
+    assert isinstance(info.value.__cause__, TypeError)
+    assert str(info.value) == "agentTurnToTalk: unparseable payload (TypeError)"

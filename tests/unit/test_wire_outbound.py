@@ -96,7 +96,12 @@ def test_ice_candidate() -> None:
     }
     full = build_asr_ice_candidate("c", None, None, username_fragment="uf")
     assert full == {
-        "candidate": {"candidate": "c", "sdpMid": None, "sdpMLineIndex": None, "usernameFragment": "uf"}
+        "candidate": {
+            "candidate": "c",
+            "sdpMid": None,
+            "sdpMLineIndex": None,
+            "usernameFragment": "uf",
+        }
     }
 
 

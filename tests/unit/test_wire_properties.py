@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avatar_sdk.wire import (
@@ -23,17 +23,24 @@ from avatar_sdk.wire import (
 )
 from avatar_sdk.wire.inbound import InboundEvent
 
-EXAMPLES = settings(max_examples=300, deadline=None)
+# No example database: the suite must not write into the work tree.
+EXAMPLES = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none()
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=40),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=12), children, max_size=5),
-    max_leaves=25,
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=8,
 )
 
 # Payloads that look like the real ones (right keys, arbitrary values) find more bugs
@@ -46,9 +53,9 @@ WIRE_KEYS = [
     "timeout_ms", "probability", "remainingTime",
 ]  # fmt: skip
 wire_like: st.SearchStrategy[Any] = st.recursive(
-    st.dictionaries(st.sampled_from(WIRE_KEYS), json_values, max_size=6),
-    lambda children: st.dictionaries(st.sampled_from(WIRE_KEYS), children, max_size=4),
-    max_leaves=10,
+    st.dictionaries(st.sampled_from(WIRE_KEYS), json_values, max_size=4),
+    lambda children: st.dictionaries(st.sampled_from(WIRE_KEYS), children, max_size=3),
+    max_leaves=4,
 )
 payloads = json_values | wire_like
 event_names = st.sampled_from(sorted(INBOUND)) | st.text(max_size=30)
@@ -96,13 +103,17 @@ def _tool_contents() -> st.SearchStrategy[str]:
     pieces = st.lists(
         objects | st.sampled_from(["{", "}", '"', "\\", " ", "x", '{"a":', "]"]), max_size=8
     )
-    return st.text(max_size=60) | st.builds(lambda name, ps: name + " " + "".join(ps), st.text(max_size=10), pieces)
+    return st.text(max_size=60) | st.builds(
+        lambda name, ps: name + " " + "".join(ps), st.text(max_size=10), pieces
+    )
 
 
 @EXAMPLES
 @given(_tool_contents(), st.none() | json_values)
 def test_parse_tool_call_never_raises(content: str, tool_metadata: Any) -> None:
-    seg = parse_delta(json.dumps({"type": "tool", "content": content, "tool_metadata": tool_metadata}), None)
+    seg = parse_delta(
+        json.dumps({"type": "tool", "content": content, "tool_metadata": tool_metadata}), None
+    )
     call = parse_tool_call(seg)
     if call is not None:
         assert call.name and call.name == call.name.strip()

@@ -19,7 +19,9 @@ from avatar_sdk.wire import (
 )
 
 
-def seg_of(delta: dict[str, Any] | str, speech_id: str | None = "abcd-transcript-hi") -> BrainSegment:
+def seg_of(
+    delta: dict[str, Any] | str, speech_id: str | None = "abcd-transcript-hi"
+) -> BrainSegment:
     raw = delta if isinstance(delta, str) else json.dumps(delta)
     ev = parse_event("agent_raw_text", [{"speechId": speech_id, "turnId": "t", "delta": raw}])
     assert isinstance(ev, AgentRawText)
@@ -34,7 +36,9 @@ def tool(content: str, **extra: Any) -> BrainSegment:
 
 
 def test_text_segment() -> None:
-    s = seg_of({"role": "assistant", "type": "text", "content": "Hello", "segmentNumber": 0, "et": 1.2})
+    s = seg_of(
+        {"role": "assistant", "type": "text", "content": "Hello", "segmentNumber": 0, "et": 1.2}
+    )
     assert (s.type, s.content, s.speech_id) == ("text", "Hello", "abcd-transcript-hi")
     assert s.is_spoken and s.is_perceivable and not s.is_genui and not s.is_tool
     assert s.raw["et"] == 1.2
@@ -61,7 +65,11 @@ def test_tool_and_tool_response_segments() -> None:
         {
             "type": "tool",
             "content": 'navigate_to_slide {"slide": 3}',
-            "tool_metadata": {"id": "call-1", "name": "navigate_to_slide", "wait_for_response": True},
+            "tool_metadata": {
+                "id": "call-1",
+                "name": "navigate_to_slide",
+                "wait_for_response": True,
+            },
         }
     )
     assert s.is_tool and not s.is_perceivable
@@ -237,7 +245,9 @@ def test_huge_tool_input_is_bounded() -> None:
     deep = BrainSegment("tool", "t " + "{" * 50_000, None, None, None, False, None, None, None, {})
     assert parse_tool_call(deep) is not None
     nested = '{"a":' * 3000 + "1" + "}" * 3000
-    call2 = parse_tool_call(BrainSegment("tool", "t " + nested, None, None, None, False, None, None, None, {}))
+    call2 = parse_tool_call(
+        BrainSegment("tool", "t " + nested, None, None, None, False, None, None, None, {})
+    )
     assert call2 is not None
 
 

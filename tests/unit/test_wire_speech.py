@@ -18,7 +18,12 @@ from avatar_sdk.wire import KNOWN_TRIGGERS, SpeechId, make_speech_id
         ("ab12-contact-info-rejected", "ab12", "contact-info-rejected", ""),
         ("Zz9a-begin-agent-conversation", "Zz9a", "begin-agent-conversation", ""),
         ("Q1w2-code-block-completed-block-7-of-9", "Q1w2", "code-block-completed", "block-7-of-9"),
-        ("abcd-transcript-well - you know -- yes-", "abcd", "transcript", "well - you know -- yes-"),
+        (
+            "abcd-transcript-well - you know -- yes-",
+            "abcd",
+            "transcript",
+            "well - you know -- yes-",
+        ),
         ("abcd-tap-to-talk", "abcd", "tap-to-talk", ""),
         ("abcd-wake-up", "abcd", "wake-up", ""),
         ("a-transcript-x", "a", "transcript", "x"),

@@ -1,0 +1,645 @@
+"""AvatarSession: the public facade of one live avatar conversation.
+
+The facade owns the event bus, the control channel of the moment, and every task it starts.
+All state changes go through :class:`~avatar_sdk.machine.SessionMachine`; the methods here
+run the I/O the machine's decisions call for (connect steps, recovery tiers, teardown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from .config import RetryPolicy, SessionConfig
+from .connector import FATAL_EVENTS, HANDSHAKE_EVENTS, Deadline, Handshake, run_handshake
+from .conversation import ConversationView
+from .errors import CATALOGUE, AvatarError, Category, ErrorCode
+from .events import Callback, Event, EventBus
+from .machine import SessionMachine, decide_connect_failure, decide_disconnect
+from .redact import register_secret
+from .transport.control import ControlChannel
+from .transport.csr import IO_SERVER_DISCONNECT
+from .urls import check_url
+from .wire import (
+    ConversationEnded,
+    Out,
+    ProtocolError,
+    SessionError,
+    build_barge_in_marker,
+    build_empty,
+    build_text_entered,
+    clamp_text,
+    new_room_id,
+    new_sticky_id,
+    parse_event,
+)
+
+log = logging.getLogger(__name__)
+
+#: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
+#: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
+SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
+#: Turns held while recovering, at most; older callers get a clear failure, not silence.
+MAX_HELD_TURNS = 32
+#: Session-error codes from the agent process, and what they mean for the session.
+AGENT_RESTARTED_CODES = frozenset({"AGENT_CHILD_CRASHED_RESTARTED"})
+AGENT_FATAL_CODES = frozenset({"AGENT_CHILD_CRASHED", "AGENT_HANDLER_FAILED"})
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Is the upstream usable right now, and if not, why."""
+
+    upstream: str  # "live" | "idle" | "connecting" | "backoff" | "failed"
+    reason: str | None = None
+    category: str | None = None
+
+
+class AvatarSession:
+    """One live conversation with an avatar. See ``docs/`` for the full guide."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        genie_url: str | None = None,
+        partner_id: str | None = None,
+        thread_id: str | None = None,
+        audio: Any = None,
+        video: bool = True,
+        media: bool = True,
+        config: SessionConfig | None = None,
+        allow_insecure_transport: bool = False,
+    ) -> None:
+        if not isinstance(token, str) or not token.strip():
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
+        register_secret(token)
+        self.__token = token
+        self._url = check_url(url, allow_insecure=allow_insecure_transport, what="url")
+        self._genie_url = (
+            check_url(genie_url, allow_insecure=allow_insecure_transport, what="genie_url")
+            if genie_url is not None
+            else None
+        )
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
+        self._partner_id = partner_id
+        self._audio = audio
+        self._video = bool(video)
+        self._media = bool(media)
+        self.config = config or SessionConfig()
+        self._bus = EventBus()
+        self._machine = SessionMachine(on_change=self._on_state_change)
+        self._view = ConversationView(thread_id=thread_id)
+        self._sticky_id = new_sticky_id()
+        self._room_id: str | None = None
+        self._channel: ControlChannel | None = None
+        self._handshake: Handshake | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._connect_task: asyncio.Task[Any] | None = None
+        self._close_requested = False
+        self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self._mic_enabled = True
+        self._health_reason: str | None = None
+        self._health_category: str | None = None
+        self._backoff = False
+        self._end_reason: str | None = None
+        self._stats: dict[str, Any] = {
+            "reconnects": {"socket": 0, "media": 0, "cold": 0},
+            "recovery_durations": {"socket": [], "media": [], "cold": []},
+            "events_in": 0,
+            "events_out": 0,
+            "protocol_errors": 0,
+            "connect_duration": None,
+        }
+
+    # -- introspection ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (
+            f"<AvatarSession state={self.state} thread={self.thread_id!r} url={self._url!r}"
+            f" media={self._media}>"
+        )
+
+    @property
+    def state(self) -> str:
+        """Current state name (see the state list in ``docs/state-machine.md``)."""
+        return self._machine.state
+
+    @property
+    def thread_id(self) -> str | None:
+        """The conversation thread, once known (given at construction or learned)."""
+        return self._view.thread_id
+
+    @property
+    def sticky_id(self) -> str:
+        return self._sticky_id
+
+    @property
+    def avatar_audio(self) -> Any:
+        """The avatar's received audio track (None until subscribed; media sessions only)."""
+        return None
+
+    @property
+    def avatar_video(self) -> Any:
+        """The avatar's received video track (None until subscribed; media sessions only)."""
+        return None
+
+    def health(self) -> Health:
+        """Upstream health: live, idle, connecting, backoff or failed, with reason and category."""
+        m = self._machine
+        if m.is_in("connected", "paused"):
+            return Health("live")
+        if m.is_in("failed"):
+            return Health("failed", self._health_reason, self._health_category)
+        if m.is_in("idle", "ended", "disconnecting"):
+            return Health("idle", self._health_reason, self._health_category)
+        if self._backoff or m.is_in("queued"):
+            return Health("backoff", self._health_reason, self._health_category)
+        return Health("connecting", self._health_reason, self._health_category)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: reconnects per tier, recovery durations (s), events in and out."""
+        snapshot = dict(self._stats)
+        snapshot["reconnects"] = dict(self._stats["reconnects"])
+        snapshot["recovery_durations"] = {
+            k: list(v) for k, v in self._stats["recovery_durations"].items()
+        }
+        snapshot["events_emitted"] = self._bus.emitted
+        return snapshot
+
+    # -- events ---------------------------------------------------------------------------------
+    def on(self, name: str, callback: Callback) -> Callable[[], None]:
+        """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
+        return self._bus.on(name, callback)
+
+    def events(self, *names: str) -> AsyncIterator[Event]:
+        """Async iterator of events (optionally only ``names``); ends after the session ends."""
+        return self._bus.events(*names)
+
+    async def wait_for(self, name: str, timeout: float | None = None) -> Event:
+        """The next event ``name``; ``TimeoutError`` after ``timeout`` seconds."""
+        return await self._bus.wait_for(name, timeout)
+
+    def _emit(self, name: str, data: dict[str, Any] | None = None) -> None:
+        self._bus.emit(name, data or {})
+
+    def _on_state_change(self, state: str, previous: str, trigger: str) -> None:
+        self._emit("state_changed", {"state": state, "previous": previous, "trigger": trigger})
+
+    # -- context manager ----------------------------------------------------------------------
+    async def __aenter__(self) -> AvatarSession:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- connect ---------------------------------------------------------------------------------
+    async def connect(self) -> None:
+        """Run the connect sequence; raises ``AvatarError`` (state ``failed``) on failure.
+
+        Bounded by ``config.overall_connect_timeout``. Cancelling it tears everything down
+        within ``config.close_timeout``.
+        """
+        if not self._machine.is_in("idle"):
+            raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
+        if self._media:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                "WebRTC media is not available in this release yet; pass media=False",
+            )
+        self._connect_task = asyncio.current_task()
+        started = time.monotonic()
+        await self._machine.fire("start")
+        try:
+            deadline = Deadline(self.config.overall_connect_timeout)
+            await self._open_and_join(deadline, advance=self._machine.fire)
+            await self._machine.fire("approved")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            await asyncio.shield(self._finish("cancelled" if not self._close_requested else "closed"))
+            if self._close_requested and task is not None:
+                task.uncancel()
+                raise AvatarError(ErrorCode.CLOSED, "close() was called during connect()") from None
+            raise
+        except AvatarError as error:
+            trigger = decide_connect_failure(error.code)
+            # Capacity queueing lands with the resilience work; until then it fails like the rest.
+            del trigger
+            await self._fail(error, reason=f"connect failed: {error.code}")
+            raise
+        finally:
+            self._connect_task = None
+        duration = time.monotonic() - started
+        self._stats["connect_duration"] = duration
+        self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+
+    async def _open_and_join(
+        self, deadline: Deadline, advance: Callable[[str], Coroutine[Any, Any, bool]]
+    ) -> None:
+        channel = await self._open_channel(deadline)
+        self._room_id = new_room_id()
+        await run_handshake(
+            channel,
+            self._require_handshake(),
+            config=self.config,
+            deadline=deadline,
+            token=self.__token,
+            room_id=self._room_id,
+            thread_id=self._view.thread_id,
+            media=False,
+            advance=advance,
+        )
+        if self._channel is not channel:  # replaced or closed underneath us
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "channel replaced during connect")
+        await self._apply_mic_state()
+
+    def _require_handshake(self) -> Handshake:
+        if self._handshake is None:
+            raise AvatarError(ErrorCode.CLOSED, "no active handshake")
+        return self._handshake
+
+    async def _open_channel(self, deadline: Deadline) -> ControlChannel:
+        channel = ControlChannel(
+            self._url,
+            self.__token,
+            sticky_id=self._sticky_id,
+            partner_id=self._partner_id,
+            on_event=lambda name, args: self._on_channel_event(channel, name, args),
+            on_disconnect=self._on_channel_disconnect,
+        )
+        if self._handshake is not None:
+            self._handshake.close()
+        self._handshake = Handshake()
+        self._channel = channel
+        timeout, _ = deadline.clip(self.config.server_connect_timeout, ErrorCode.CONNECT_TIMEOUT)
+        await channel.open(timeout)
+        return channel
+
+    async def _apply_mic_state(self) -> None:
+        if not self._mic_enabled and self._channel is not None:
+            await self._channel.emit(Out.MUTE_USER, build_empty())
+
+    # -- inbound -----------------------------------------------------------------------------------
+    def _on_channel_event(self, channel: ControlChannel, name: str, args: list[Any]) -> None:
+        if channel is not self._channel:
+            return  # a late event from a socket we already replaced
+        self._stats["events_in"] += 1
+        try:
+            parsed = parse_event(name, args)
+        except ProtocolError as exc:
+            self._stats["protocol_errors"] += 1
+            self._emit("protocol_error", {"event": exc.event, "detail": exc.detail})
+            return
+        if name in HANDSHAKE_EVENTS and self._handshake is not None:
+            self._handshake.offer(name, parsed)
+        code = FATAL_EVENTS.get(name)
+        if code is not None:
+            self._on_fatal_server_event(AvatarError(code, name))
+            return
+        if isinstance(parsed, SessionError):
+            self._on_session_error(parsed)
+            return
+        for public_name, data in self._view.apply(parsed):
+            self._emit(public_name, data)
+        if isinstance(parsed, ConversationEnded):
+            reason = "conversation_ended"
+            self._spawn(self._end(reason, ErrorCode.SERVER_ENDED), "end")
+
+    def _on_fatal_server_event(self, error: AvatarError) -> None:
+        if self._handshake is not None:
+            self._handshake.fail(error)
+        if self._machine.is_in("connected", "paused", "reconnecting", "recovering_media"):
+            self._spawn(self._fail(error, reason=str(error.code)), "fail")
+
+    def _on_session_error(self, event: SessionError) -> None:
+        if event.code in AGENT_RESTARTED_CODES:
+            err = AvatarError(ErrorCode.AGENT_RESTARTED, event.code)
+            self._emit("session_error", {"code": event.code, "recoverable": True, "message": event.message})
+            self._emit("error", err.as_event())
+            return
+        recoverable = event.code not in AGENT_FATAL_CODES
+        self._emit(
+            "session_error", {"code": event.code, "recoverable": recoverable, "message": event.message}
+        )
+        if not recoverable:
+            self._spawn(
+                self._fail(AvatarError(ErrorCode.AGENT_CRASHED, event.code), reason="agent_crashed"),
+                "fail",
+            )
+
+    def _on_channel_disconnect(self, channel: ControlChannel, reason: str) -> None:
+        if channel is not self._channel:
+            return
+        decision = decide_disconnect(self.state, reason)
+        log.info("socket disconnected (%s) in %s: %s", reason, self.state, decision.action)
+        if decision.action == "abort_connect":
+            if self._handshake is not None:
+                code = ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
+                self._handshake.fail(AvatarError(code, reason))
+        elif decision.action == "recover_socket":
+            self._spawn(self._socket_recovery(channel, reason), "socket-recovery")
+        elif decision.action == "end":
+            code = ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
+            self._spawn(self._end(reason, code), "end")
+
+    # -- tier 1: socket ---------------------------------------------------------------------------
+    async def _socket_recovery(self, channel: ControlChannel, reason: str) -> None:
+        cfg = self.config
+        if not await self._machine.fire("transport_lost"):
+            return
+        started = time.monotonic()
+        window_ends = started + cfg.reconnect_window
+        attempts = max(1, cfg.max_reconnect_attempts)
+        self._health_reason, self._health_category = reason, str(Category.NETWORK)
+        for attempt in range(1, attempts + 1):
+            delay = SOCKET_TIER_POLICY.delay(attempt)
+            if delay:
+                self._backoff = True
+                await asyncio.sleep(min(delay, max(0.0, window_ends - time.monotonic())))
+                self._backoff = False
+            remaining = window_ends - time.monotonic()
+            if remaining <= 0 or channel is not self._channel:
+                break
+            self._emit(
+                "reconnecting",
+                {"tier": "socket", "attempt": attempt, "max_attempts": attempts, "reason": reason},
+            )
+            try:
+                outcome = await channel.reconnect(min(cfg.server_connect_timeout, remaining))
+            except AvatarError as error:
+                if error.code is ErrorCode.AUTH_FAILED:
+                    await self._fail(error, reason="auth_failed")
+                    return
+                continue
+            if outcome.recovered:
+                duration = time.monotonic() - started
+                await self._machine.fire("recovered")
+                self._record_recovery("socket", duration)
+                self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
+                await self._flush_held()
+                return
+            # The server answered with a fresh session: nothing to resume on this socket.
+            break
+        await self._machine.fire("recovery_failed")
+        await self._cold_reconnect(f"socket recovery failed ({reason})")
+
+    # -- tier 3: cold reconnect ---------------------------------------------------------------
+    async def _cold_reconnect(self, reason: str) -> None:
+        policy = self.config.cold_reconnect
+        started = time.monotonic()
+        attempts = 0
+
+        def wait(state: RetryCallState) -> float:
+            return policy.delay(state.attempt_number + 1)
+
+        def before_sleep(state: RetryCallState) -> None:
+            self._backoff = True
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.max_attempts),
+            wait=wait,
+            retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    self._backoff = False
+                    attempts += 1
+                    self._emit(
+                        "reconnecting",
+                        {"tier": "cold", "attempt": attempts, "max_attempts": policy.max_attempts, "reason": reason},
+                    )
+                    await self._cold_attempt()
+        except AvatarError as error:
+            self._emit("gave_up", {"tier": "cold", "attempts": attempts, "code": str(error.code)})
+            await self._fail(error, reason="gave_up")
+            return
+        duration = time.monotonic() - started
+        await self._machine.fire("cold_reconnected")
+        self._record_recovery("cold", duration)
+        self._health_reason = self._health_category = None
+        self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
+        await self._flush_held()
+
+    async def _cold_attempt(self) -> None:
+        old = self._channel
+        self._channel = None
+        if old is not None:
+            await old.close(self.config.close_timeout / 2)
+        deadline = Deadline(self.config.overall_connect_timeout)
+
+        async def stay(_: str) -> bool:
+            return True
+
+        try:
+            await self._open_and_join(deadline, advance=stay)
+        except AvatarError as error:
+            self._health_reason = str(error.code)
+            self._health_category = str(error.category)
+            raise
+
+    def _record_recovery(self, tier: str, duration: float) -> None:
+        self._stats["reconnects"][tier] += 1
+        durations = self._stats["recovery_durations"][tier]
+        durations.append(duration)
+        del durations[:-100]
+
+    # -- turns -------------------------------------------------------------------------------------
+    async def speak(self, text: str) -> None:
+        """Send a user text turn (a barge-in marker first, as a real client does).
+
+        During a recovery the turn is held and delivered once the session is usable again;
+        if the session ends instead, this raises ``AvatarError``.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
+        text = clamp_text(text)
+        if self._machine.is_in("connected"):
+            await self._send_turn(text)
+            return
+        if self._machine.is_in("reconnecting", "cold_reconnecting", "recovering_media", "queued"):
+            if len(self._held) >= MAX_HELD_TURNS:
+                raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._held.append((text, fut))
+            await fut
+            return
+        raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {self.state}")
+
+    async def _send_turn(self, text: str) -> None:
+        channel = self._require_channel()
+        await channel.emit(Out.TEXT_ENTERED, build_barge_in_marker())
+        await channel.emit(Out.TEXT_ENTERED, build_text_entered(text))
+        self._stats["events_out"] += 2
+
+    async def _flush_held(self) -> None:
+        while self._held and self._machine.is_in("connected"):
+            text, fut = self._held.popleft()
+            try:
+                await self._send_turn(text)
+            except AvatarError as error:
+                if not fut.done():
+                    fut.set_exception(error)
+                continue
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_held(self, error: AvatarError) -> None:
+        while self._held:
+            _, fut = self._held.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def interrupt(self) -> None:
+        """Barge in: stop the avatar talking (the marker alone)."""
+        self._require_state("connected")
+        await self._require_channel().emit(Out.TEXT_ENTERED, build_barge_in_marker())
+        self._stats["events_out"] += 1
+
+    @property
+    def mic_enabled(self) -> bool:
+        """Whether the user's microphone reaches the server. Preserved across reconnects."""
+        return self._mic_enabled
+
+    @mic_enabled.setter
+    def mic_enabled(self, enabled: bool) -> None:
+        enabled = bool(enabled)
+        if enabled == self._mic_enabled:
+            return
+        self._mic_enabled = enabled
+        if self._channel is not None and self._channel.connected:
+            event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
+            self._spawn(self._emit_quietly(event), "mute")
+
+    async def _emit_quietly(self, event: str) -> None:
+        channel = self._channel
+        if channel is not None:
+            with contextlib.suppress(AvatarError):
+                await channel.emit(event, build_empty())
+                self._stats["events_out"] += 1
+
+    async def pause(self) -> None:
+        """Pause the conversation (the server holds the avatar)."""
+        self._require_state("connected")
+        await self._require_channel().emit(Out.PAUSE_CONVERSATION, build_empty())
+        await self._machine.fire("pause")
+
+    async def resume(self) -> None:
+        """Resume a paused conversation."""
+        self._require_state("paused")
+        await self._require_channel().emit(Out.RESUME_CONVERSATION, build_empty())
+        await self._machine.fire("resume")
+
+    def _require_state(self, *states: str) -> None:
+        if not self._machine.is_in(*states):
+            raise AvatarError(ErrorCode.INVALID_STATE, f"not allowed in state {self.state}")
+
+    def _require_channel(self) -> ControlChannel:
+        channel = self._channel
+        if channel is None or not channel.connected:
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "no connected control channel")
+        return channel
+
+    # -- endings ---------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
+        if self._machine.terminal:
+            return
+        self._close_requested = True
+        connect_task = self._connect_task
+        if connect_task is not None and connect_task is not asyncio.current_task():
+            connect_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, AvatarError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(connect_task), self.config.close_timeout)
+            if self._machine.terminal:
+                return
+        await self._end("closed", None)
+
+    async def _finish(self, reason: str) -> None:
+        await self._end(reason, None)
+
+    async def _end(self, reason: str, code: ErrorCode | None) -> None:
+        """Graceful end: ``disconnecting`` → teardown → ``ended``."""
+        if self._machine.terminal or self._machine.is_in("disconnecting"):
+            return
+        if not await self._machine.fire("end"):
+            return
+        self._end_reason = reason
+        await self._teardown(AvatarError(ErrorCode.CLOSED, reason))
+        if self._machine.is_in("disconnecting"):
+            await self._machine.fire("finished")
+        info = CATALOGUE[code] if code is not None else None
+        self._emit(
+            "ended",
+            {
+                "reason": reason,
+                "code": str(code) if code is not None else None,
+                "severity": str(info.severity) if info else "info",
+                "recoverable": info.retryable if info else False,
+            },
+        )
+        await self._bus.aclose()
+
+    async def _fail(self, error: AvatarError, *, reason: str) -> None:
+        """Terminal failure: ``error`` event, teardown, ``failed``, ``ended``."""
+        if self._machine.terminal:
+            return
+        self._health_reason = str(error.code)
+        self._health_category = str(error.category)
+        self._emit("error", error.as_event())
+        await self._machine.fire("fail")
+        await self._teardown(error)
+        self._emit(
+            "ended",
+            {
+                "reason": reason,
+                "code": str(error.code),
+                "severity": str(error.severity),
+                "recoverable": error.retryable,
+            },
+        )
+        await self._bus.aclose()
+
+    async def _teardown(self, error: AvatarError) -> None:
+        """Release every task, socket and waiter this session owns (bounded)."""
+        current = asyncio.current_task()
+        self._fail_held(error)
+        if self._handshake is not None:
+            self._handshake.fail(error)
+        pending = [t for t in self._tasks if t is not current and not t.done()]
+        for task in pending:
+            task.cancel()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close(self.config.close_timeout)
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.close_timeout)
+
+    # -- task ownership ---------------------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"avatar-sdk:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("internal task %s failed: %r", task.get_name(), exc, exc_info=exc)
+            self._emit("error", {"code": "internal", "message": repr(exc)[:300], "severity": "error", "recoverable": False})
