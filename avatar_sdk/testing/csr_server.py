@@ -111,6 +111,8 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
             reason: Any = {"message": "Connection rejected by server"}
         except socketio.exceptions.ConnectionRefusedError as exc:
             ok, reason = False, exc.error_args
+        except ConnectionRefusedError:
+            ok, reason = False, {"message": "Connection refused by server"}
         if ok is False:
             await self._send_packet(
                 eio_sid, self.packet_class(sio_packet.CONNECT_ERROR, data=reason, namespace=ns)

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import socketio
 from aiohttp import web
 
 from ..wire.names import In, Out
@@ -226,7 +227,7 @@ class StagingServer:
         if token != self.token:
             self.refused_connections += 1
             # What the real backend's auth middleware does: a CONNECT_ERROR, never a session.
-            raise ConnectionRefusedError("invalid token")
+            raise socketio.exceptions.ConnectionRefusedError("invalid token")
         self.connections += 1
         self.conversations[sid] = Conversation(self, sid)
         return True

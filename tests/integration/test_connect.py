@@ -1,0 +1,207 @@
+"""The connect sequence over loopback against the staging backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.transport.csr import RecoveringAsyncClient
+
+from .conftest import FAST, SessionFactory, sdk_tasks
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_full_connect_sequence_walks_every_declared_state(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    states: list[str] = []
+    session.on("state_changed", lambda e: states.append(e.data["state"]))
+    await session.connect()
+    assert session.state == "connected"
+    assert states == [
+        "connecting_socket",
+        "connecting_joining",
+        "connecting_stv_session",
+        "connecting_agent",
+        "connecting_ready",
+        "connecting_approving",
+        "connected",
+    ]
+    joins = staging.received_events("join")
+    assert len(joins) == 1
+    assert joins[0].payload["kaltura"]["ks"] == staging.token
+    assert "threadId" not in joins[0].payload["kaltura"]
+    # The greeting turn (started by approvedPermissions) carries the thread id.
+    await session.wait_for("agent_turn_ended", 2)
+    assert [r.event for r in staging.received][:4] == [
+        "join",
+        "stvNewSession",
+        "checkAvailability",
+        "approvedPermissions",
+    ]
+    assert session.thread_id is not None
+    assert session.thread_id == next(iter(staging.conversations.values())).thread_id
+
+
+async def test_two_turn_conversation(staging: StagingServer, make_session: SessionFactory) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    staging.brain.reply("Paris is the capital of France.")
+    texts: list[str] = []
+    session.on("agent_text", lambda e: texts.append(e.data["content"]) if e.data["type"] == "avatar" else None)
+    await session.speak("What is the capital of France?")
+    await session.wait_for("agent_turn_ended", 2)
+    assert "".join(texts) == "Paris is the capital of France."
+    sent = [r.payload for r in staging.received_events("onTextEntered")]
+    assert sent == [
+        {"text": "", "isFinal": False, "isSpeechStart": True},
+        {"text": "What is the capital of France?", "isFinal": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("withheld", "code", "bound"),
+    [
+        ("onServerConnected", ErrorCode.CONNECT_TIMEOUT, FAST.server_connect_timeout),
+        ("clientConfiguration", ErrorCode.JOIN_TIMEOUT, FAST.join_room_timeout),
+        ("joinComplete", ErrorCode.JOIN_TIMEOUT, FAST.join_complete_timeout),
+        ("stvNewSession", ErrorCode.CONNECT_TIMEOUT, FAST.overall_connect_timeout),
+        ("showAgent", ErrorCode.AGENT_TIMEOUT, FAST.agent_timeout),
+        ("askPermissions", ErrorCode.AGENT_TIMEOUT, FAST.agent_timeout),
+    ],
+)
+async def test_withheld_handshake_step_fails_with_its_code_within_its_timeout(
+    staging: StagingServer,
+    make_session: SessionFactory,
+    withheld: str,
+    code: ErrorCode,
+    bound: float,
+) -> None:
+    staging.faults.withhold(withheld)
+    session = make_session()
+    started = time.monotonic()
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    elapsed = time.monotonic() - started
+    assert info.value.code is code
+    assert session.state == "failed"
+    assert elapsed < bound + 1.0
+    await asyncio.sleep(0.05)
+    assert staging.live_sids == []  # the attempt's socket was closed
+    assert sdk_tasks() == []
+
+
+async def test_wrong_token_is_auth_failed_at_once_and_never_retried(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(token="not-the-token")
+    started = time.monotonic()
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    assert info.value.code is ErrorCode.AUTH_FAILED
+    assert time.monotonic() - started < 0.5
+    assert staging.refused_connections == 1
+    assert session.health().upstream == "failed"
+    assert session.health().category == "auth"
+
+
+async def test_server_never_answers_a_join_without_token(staging: StagingServer) -> None:
+    """The real backend accepts the socket but ignores a join lacking kaltura.ks."""
+    client = RecoveringAsyncClient()
+    got: list[str] = []
+
+    @client.on("*")
+    async def _any(event: str, *args: object) -> None:
+        got.append(event)
+
+    await client.connect(staging.url, auth={"token": staging.token}, transports=["websocket"])
+    await client.emit("join", {"room": "r1", "channel": "r1", "kaltura": {}})
+    await asyncio.sleep(0.3)
+    assert got == ["onServerConnected"]
+    await client.close_gracefully(1.0)
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [("tier_exceeded", ErrorCode.TIER_EXCEEDED)],
+)
+async def test_fatal_join_verdicts_fail_connect(
+    staging: StagingServer, make_session: SessionFactory, fault: str, code: ErrorCode
+) -> None:
+    getattr(staging.faults, fault)()
+    session = make_session()
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    assert info.value.code is code
+    assert not info.value.retryable
+    assert session.state == "failed"
+
+
+async def test_cancelled_connect_tears_down_within_close_timeout(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    staging.faults.withhold("showAgent")
+    session = make_session()
+    task = asyncio.ensure_future(session.connect())
+    await asyncio.sleep(0.1)
+    assert session.state == "connecting_agent"
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < FAST.close_timeout + 0.2
+    assert session.state == "ended"
+    await asyncio.sleep(0.05)
+    assert staging.live_sids == []
+    assert sdk_tasks() == []
+
+
+async def test_close_during_connect_raises_closed(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    staging.faults.withhold("joinComplete")
+    session = make_session()
+    task = asyncio.ensure_future(session.connect())
+    await asyncio.sleep(0.1)
+    await session.close()
+    with pytest.raises(AvatarError) as info:
+        await task
+    assert info.value.code is ErrorCode.CLOSED
+    assert session.state == "ended"
+
+
+async def test_close_leaves_no_task_and_no_socket(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.speak("hello")
+    await session.close()
+    await asyncio.sleep(0.05)
+    assert sdk_tasks() == []
+    assert staging.live_sids == []
+    # A graceful disconnect: the server keeps nothing for recovery.
+    assert staging.sio.sessions_by_sid == {}
+    assert session.state == "ended"
+
+
+async def test_context_manager(staging: StagingServer) -> None:
+    async with AvatarSession(
+        staging.url, staging.token, media=False, allow_insecure_transport=True, config=FAST
+    ) as session:
+        assert session.state == "connected"
+    assert session.state == "ended"
+
+
+async def test_media_sessions_are_refused_until_media_lands(staging: StagingServer) -> None:
+    session = AvatarSession(staging.url, staging.token, allow_insecure_transport=True)
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
