@@ -109,6 +109,7 @@ class AvatarSession:
         self._close_requested = False
         self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._mic_enabled = True
+        self._mute_task: asyncio.Task[Any] | None = None
         self._health_reason: str | None = None
         self._health_category: str | None = None
         self._backoff = False
@@ -479,10 +480,8 @@ class AvatarSession:
         raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {self.state}")
 
     async def _send_turn(self, text: str) -> None:
-        channel = self._require_channel()
-        await channel.emit(Out.TEXT_ENTERED, build_barge_in_marker())
-        await channel.emit(Out.TEXT_ENTERED, build_text_entered(text))
-        self._stats["events_out"] += 2
+        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
+        await self._send(Out.TEXT_ENTERED, build_text_entered(text))
 
     async def _flush_held(self) -> None:
         while self._held and self._machine.is_in("connected"):
@@ -505,8 +504,7 @@ class AvatarSession:
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require_state("connected")
-        await self._require_channel().emit(Out.TEXT_ENTERED, build_barge_in_marker())
-        self._stats["events_out"] += 1
+        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
 
     @property
     def mic_enabled(self) -> bool:
@@ -521,9 +519,13 @@ class AvatarSession:
         self._mic_enabled = enabled
         if self._channel is not None and self._channel.connected:
             event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
-            self._spawn(self._emit_quietly(event), "mute")
+            previous = self._mute_task
+            self._mute_task = self._spawn(self._emit_quietly(event, after=previous), "mute")
 
-    async def _emit_quietly(self, event: str) -> None:
+    async def _emit_quietly(self, event: str, after: asyncio.Task[Any] | None = None) -> None:
+        if after is not None and not after.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await after
         channel = self._channel
         if channel is not None:
             with contextlib.suppress(AvatarError):
@@ -533,18 +535,27 @@ class AvatarSession:
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar)."""
         self._require_state("connected")
-        await self._require_channel().emit(Out.PAUSE_CONVERSATION, build_empty())
+        await self._send(Out.PAUSE_CONVERSATION, build_empty())
         await self._machine.fire("pause")
 
     async def resume(self) -> None:
         """Resume a paused conversation."""
         self._require_state("paused")
-        await self._require_channel().emit(Out.RESUME_CONVERSATION, build_empty())
+        await self._send(Out.RESUME_CONVERSATION, build_empty())
         await self._machine.fire("resume")
 
     def _require_state(self, *states: str) -> None:
         if not self._machine.is_in(*states):
             raise AvatarError(ErrorCode.INVALID_STATE, f"not allowed in state {self.state}")
+
+    async def _send(self, event: str, payload: Any) -> None:
+        """Emit in call order: a mute toggled just before a call goes out before it."""
+        pending = self._mute_task
+        if pending is not None and not pending.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
+        await self._require_channel().emit(event, payload)
+        self._stats["events_out"] += 1
 
     def _require_channel(self) -> ControlChannel:
         channel = self._channel

@@ -14,11 +14,13 @@ from .server import StagingServer
 
 try:
     import pytest_asyncio
+
+    _HAVE_ASYNCIO = True
 except ImportError:  # pragma: no cover - the fixture needs pytest-asyncio
-    pytest_asyncio = None
+    _HAVE_ASYNCIO = False
 
 
-if pytest_asyncio is not None:
+if _HAVE_ASYNCIO:
 
     @pytest_asyncio.fixture
     async def staging() -> AsyncIterator[StagingServer]:

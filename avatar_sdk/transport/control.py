@@ -111,7 +111,6 @@ class ControlChannel:
             self._http = aiohttp.ClientSession()
         client = RecoveringAsyncClient(http_session=self._http, logger=False, engineio_logger=False)
         client.on("*", self._handle_event)
-        client.on("connect_error", self._handle_connect_error)
         client.on("disconnect", self._handle_disconnect)
         self._client = client
         return await self._connect(timeout)
@@ -128,7 +127,6 @@ class ControlChannel:
     async def _connect(self, timeout: float) -> ConnectOutcome:
         assert self._client is not None
         client = self._client
-        self._refused: Any = None
         started = time.monotonic()
         try:
             await asyncio.wait_for(
@@ -146,8 +144,8 @@ class ControlChannel:
             raise AvatarError(ErrorCode.CONNECT_TIMEOUT, "socket open timed out") from None
         except socketio.exceptions.ConnectionError as exc:
             await self._drop_quietly()
-            if self._refused is not None:
-                raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(self._refused)) from None
+            if client.refusal is not None:
+                raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(client.refusal)) from None
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             await self._drop_quietly()
@@ -203,9 +201,6 @@ class ControlChannel:
         self.events_in += 1
         self.last_activity = time.monotonic()
         self._on_event(event, list(args))
-
-    async def _handle_connect_error(self, data: Any = None, *_: Any) -> None:
-        self._refused = data if data is not None else "refused"
 
     async def _handle_disconnect(self, *_: Any) -> None:
         client = self._client

@@ -76,6 +76,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         self.offset: str | None = None
         self.recovered = False
         self.disconnect_reason: str | None = None
+        self.refusal: Any = None
         self.replayed = 0
         self._sent_pid: str | None = None
         self._user_auth: Any = None
@@ -99,6 +100,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             self._user_auth = auth
         self._closing = False
         self.disconnect_reason = None
+        self.refusal = None
         self.recovered = False
         self._pre_connect = []
         await super().connect(url, *args, auth=self._csr_auth, **kwargs)
@@ -198,6 +200,13 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         await super()._handle_event(ns, ack_id, data)
         if offset is not None:
             self.offset = offset
+
+    async def _handle_error(self, namespace: str | None, data: Any) -> None:
+        # A CONNECT_ERROR packet: the server (its auth middleware) refused this client.
+        # Engine.IO-level failures also reach ``connect_error`` handlers, so record it here.
+        if (namespace or "/") == "/":
+            self.refusal = data if data is not None else "refused"
+        await super()._handle_error(namespace, data)
 
     async def _handle_disconnect(self, namespace: str | None) -> None:
         # A Socket.IO DISCONNECT packet from the server: it ended this session on purpose.

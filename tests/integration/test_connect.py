@@ -13,7 +13,7 @@ from avatar_sdk.transport.csr import RecoveringAsyncClient
 
 from .conftest import FAST, SessionFactory, sdk_tasks
 
-pytestmark = pytest.mark.asyncio
+
 
 
 async def test_full_connect_sequence_walks_every_declared_state(

@@ -1,0 +1,14 @@
+"""Benchmarks of avatar_sdk against the bundled staging backend (``python -m benchmarks``).
+
+One module per figure:
+
+* :mod:`benchmarks.connect` - ``connect()`` to ``connected`` on the control plane;
+* :mod:`benchmarks.recovery` - socket-tier recovery after a transport drop;
+* :mod:`benchmarks.throughput` - ``agent_raw_text`` parse + dispatch rate, pure and end to end.
+
+Shared statistics live in :mod:`benchmarks.stats`, the table and ``results.json`` writer
+in :mod:`benchmarks.report`. Targets are reported as information only: a missed target
+never makes the run fail.
+"""
+
+from __future__ import annotations

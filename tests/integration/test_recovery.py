@@ -1,0 +1,177 @@
+"""Socket-tier recovery, recovery refused, and non-recoverable endings over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from avatar_sdk import AvatarError
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.wire import In
+
+from .conftest import SessionFactory, sdk_tasks
+
+
+
+
+def _raw_text(i: int) -> dict[str, object]:
+    delta = {"type": "avatar", "content": f"gap-{i}", "role": "assistant"}
+    return {"speechId": "gAp1-transcript-x", "turnId": "t-gap", "delta": json.dumps(delta)}
+
+
+async def _connected(make_session: SessionFactory) -> object:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    return session
+
+
+async def test_same_pod_recovery_replays_gap_events_once_in_order_without_rejoin(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    sid_before = staging.live_sids[0]
+    conv = staging.conversations[sid_before]
+    seen: list[str] = []
+    session.on("agent_text", lambda e: seen.append(e.data["content"]))
+    events: list[str] = []
+    session.on("*", lambda e: events.append(e.name))
+
+    assert await staging.faults.drop_socket() == 1
+    for i in range(20):  # emitted while the transport is down: buffered server-side
+        await conv.emit(In.AGENT_RAW_TEXT, _raw_text(i))
+    ev = await session.wait_for("reconnected", 3)
+
+    assert ev.data["tier"] == "socket"
+    assert ev.data["recovered"] is True
+    assert ev.data["duration"] < 1.0
+    assert [c for c in seen if c.startswith("gap-")] == [f"gap-{i}" for i in range(20)]
+    assert len(staging.received_events("join")) == 1  # no re-join
+    assert staging.live_sids == [sid_before]  # same server session
+    assert staging.sio.recoveries == 1
+    assert events.count("reconnecting") == 1
+    assert session.stats()["reconnects"]["socket"] == 1
+    # The session is fully usable afterwards.
+    await session.speak("still there?")
+    await session.wait_for("agent_turn_ended", 2)
+    assert staging.received_events("onTextEntered")[-1].sid == sid_before
+
+
+async def test_recovery_refused_falls_back_to_cold_reconnect_keeping_the_thread(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    thread = session.thread_id
+    old_sid = staging.live_sids[0]
+    tiers: list[tuple[str, object]] = []
+    session.on("reconnecting", lambda e: tiers.append((e.data["tier"], e.data["attempt"])))
+
+    await staging.faults.drop_socket(recovery=False)
+    ev = await session.wait_for("reconnected", 5)
+
+    assert ev.data == {"tier": "cold", "recovered": False, "duration": ev.data["duration"]}
+    assert tiers[0][0] == "socket"
+    assert tiers[-1] == ("cold", 1)
+    joins = staging.received_events("join")
+    assert len(joins) == 2
+    assert joins[-1].payload["kaltura"]["threadId"] == thread  # memory continues
+    assert joins[-1].sid != old_sid  # a brand-new server session
+    assert session.state == "connected"
+    assert session.thread_id == thread
+    assert staging.sio.refused_recoveries >= 1
+
+
+async def test_non_recoverable_disconnect_ends_with_that_reason(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    names: list[str] = []
+    session.on("*", lambda e: names.append(e.name))
+    await staging.faults.server_disconnect()
+    ended = await session.wait_for("ended", 2)
+    assert ended.data["reason"] == "io server disconnect"
+    assert ended.data["code"] == "server_ended"
+    assert "reconnecting" not in names
+    assert "error" not in names
+    assert session.state == "ended"
+    await asyncio.sleep(0.05)
+    assert sdk_tasks() == []
+
+
+async def test_second_drop_after_recovery_recovers_again(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    for _ in range(3):
+        waiter = asyncio.ensure_future(session.wait_for("reconnected", 3))
+        await asyncio.sleep(0)
+        await staging.faults.drop_socket()
+        assert (await waiter).data["recovered"] is True
+    assert session.stats()["reconnects"]["socket"] == 3
+    assert len(staging.received_events("join")) == 1
+
+
+async def test_speak_during_cold_reconnect_is_held_and_delivered_once(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    staging.faults.latency(0.05)  # slows the new handshake so the turn is sent mid-recovery
+    await staging.faults.drop_socket(recovery=False)
+    await session.wait_for("reconnecting", 2)
+    await session.speak("held turn")
+    staging.faults.clear()
+    assert session.state == "connected"
+    await session.wait_for("agent_turn_ended", 3)
+    texts = [r.payload["text"] for r in staging.received_events("onTextEntered") if r.payload["text"]]
+    assert texts == ["held turn"]
+    assert staging.received_events("onTextEntered")[-1].sid == staging.live_sids[-1]
+
+
+async def test_held_turn_fails_clearly_when_the_session_ends(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    from avatar_sdk import RetryPolicy
+
+    from .conftest import FAST
+
+    session = make_session(config=FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01)))
+    await session.connect()
+    staging.faults.withhold("onServerConnected")  # every cold attempt now fails
+    await staging.faults.drop_socket(recovery=False)
+    await session.wait_for("reconnecting", 2)
+    with pytest.raises(AvatarError):
+        await asyncio.wait_for(session.speak("lost?"), 30)
+    assert session.state in ("failed", "ended")
+
+
+async def test_cold_reconnect_gives_up_after_its_budget(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    from avatar_sdk import RetryPolicy
+
+    from .conftest import FAST
+
+    cfg = FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01, cap=0.02))
+    session = make_session(config=cfg)
+    await session.connect()
+    staging.faults.withhold("clientConfiguration")
+    await staging.faults.drop_socket(recovery=False)
+    gave_up = await session.wait_for("gave_up", 10)
+    assert gave_up.data == {"tier": "cold", "attempts": 2, "code": "join_timeout"}
+    ended = await session.wait_for("ended", 2)
+    assert ended.data["reason"] == "gave_up"
+    assert session.state == "failed"
+    assert session.health().upstream == "failed"
+    await asyncio.sleep(0.05)
+    assert sdk_tasks() == []
+    assert staging.live_sids == []
