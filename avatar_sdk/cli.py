@@ -1,0 +1,141 @@
+"""``avatar-sdk``: demo, diagram, and a standalone staging backend."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import json
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .config import SessionConfig
+from .errors import AvatarError
+from .events import Event
+from .machine import mermaid
+from .session import AvatarSession
+from .testing import StagingServer
+
+_QUIET = {"agent_text", "caption"}
+
+
+def _timeline(start: float) -> Any:
+    def show(event: Event) -> None:
+        if event.name in _QUIET:
+            return
+        data = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in event.data.items()}
+        print(f"  {1000 * (event.at - start):8.1f} ms  {event.name:<22} {json.dumps(data, default=str)}")
+
+    return show
+
+
+async def demo() -> int:
+    """Embedded staging backend + a control-plane session that survives injected faults."""
+    async with StagingServer() as staging:
+        print(f"staging backend on {staging.url}\n")
+        session = AvatarSession(
+            staging.url,
+            staging.token,
+            genie_url=staging.genie_url,
+            media=False,
+            allow_insecure_transport=True,
+            config=SessionConfig(reconnect_window=5.0),
+        )
+        start = time.monotonic()
+        session.on("*", _timeline(start))
+        spoken: list[str] = []
+        session.on("agent_text", lambda e: spoken.append(e.data["content"]) if e.data["type"] == "avatar" else None)
+        try:
+            await session.connect()
+            await session.wait_for("agent_turn_ended", 5)
+            print(f"\n  avatar: {''.join(spoken).strip()}\n")
+            for question in ("What can you do?", "And after a network blip?"):
+                spoken.clear()
+                if question.startswith("And"):
+                    print("  -- injecting a recoverable transport drop --")
+                    waiter = asyncio.ensure_future(session.wait_for("reconnected", 10))
+                    await staging.faults.drop_socket()
+                    await waiter
+                    print("  -- injecting a drop the server refuses to recover (cold reconnect) --")
+                    waiter = asyncio.ensure_future(session.wait_for("reconnected", 10))
+                    await staging.faults.drop_socket(recovery=False)
+                    await waiter
+                print(f"\n  user:   {question}")
+                await session.speak(question)
+                await session.wait_for("agent_turn_ended", 5)
+                print(f"  avatar: {''.join(spoken).strip()}\n")
+        except AvatarError as error:
+            print(f"demo failed: {error}", file=sys.stderr)
+            return 1
+        finally:
+            await session.close()
+        stats = session.stats()
+        joins = len(staging.received_events("join"))
+        print(
+            f"\nsummary: state={session.state} thread={session.thread_id} joins={joins} "
+            f"reconnects={stats['reconnects']} "
+            f"recovery_ms={ {k: [round(1000 * d, 1) for d in v] for k, v in stats['recovery_durations'].items()} }"
+        )
+        return 0
+
+
+async def serve(host: str, port: int, token: str | None) -> int:
+    """Run the staging backend until interrupted, with a local fault-control API."""
+    staging = StagingServer(host=host, port=port, token=token)
+
+    async def control(request: web.Request) -> web.Response:
+        name = request.match_info["fault"]
+        method = getattr(staging.faults, name, None)
+        if name.startswith("_") or not callable(method):
+            return web.json_response({"error": f"unknown fault {name}"}, status=404)
+        try:
+            kwargs = await request.json() if request.can_read_body else {}
+            result = method(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except (TypeError, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response({"ok": True, "result": result})
+
+    def routes(app: web.Application) -> None:
+        app.router.add_post("/_control/faults/{fault}", control)
+
+    staging.add_routes = routes  # type: ignore[method-assign]
+    await staging.start()
+    print(json.dumps({"url": staging.url, "genie_url": staging.genie_url, "token": staging.token}))
+    print(f"faults: POST {staging.url}/_control/faults/<name> with JSON keyword arguments", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await staging.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="avatar-sdk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="embedded staging backend + a live session surviving faults")
+    sub.add_parser("diagram", help="print the session state machine as Mermaid")
+    staging = sub.add_parser("staging", help="the staging backend")
+    staging_sub = staging.add_subparsers(dest="staging_command", required=True)
+    serve_p = staging_sub.add_parser("serve", help="run it standalone")
+    serve_p.add_argument("--host", default="127.0.0.1")
+    serve_p.add_argument("--port", type=int, default=0)
+    serve_p.add_argument("--token", default=None)
+    args = parser.parse_args(argv)
+    if args.command == "diagram":
+        print(mermaid(), end="")
+        return 0
+    if args.command == "demo":
+        return asyncio.run(demo())
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(serve(args.host, args.port, args.token))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
