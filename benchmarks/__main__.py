@@ -1,0 +1,69 @@
+"""``python -m benchmarks [--only connect,recovery,throughput] [--output PATH]``.
+
+Runs every figure once, prints the table and writes ``benchmarks/results.json``. The exit
+status is 0 whatever the targets say; it is 1 only when a figure could not be measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import connect, recovery, throughput
+from .harness import describe_error
+from .report import RESULTS_PATH, environment, render, write_json
+from .stats import FigureResult
+
+FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
+    "connect": ("connect() -> connected (control plane)", connect.run),
+    "recovery": ("socket-tier recovery: drop_socket() -> reconnected", recovery.run),
+    "throughput": ("agent_raw_text throughput (one core)", throughput.run),
+}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument(
+        "--only",
+        default=",".join(FIGURES),
+        help="comma-separated figures to run (default: all): " + ", ".join(FIGURES),
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS_PATH, help="JSON results path")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.only.split(",") if name not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure(s): {', '.join(unknown)}")
+    return args
+
+
+def _measure(key: str) -> FigureResult:
+    title, run = FIGURES[key]
+    started = time.perf_counter()
+    try:
+        result = run()
+    except Exception as exc:  # noqa: BLE001 - one broken figure must not hide the others
+        result = FigureResult(key, title, error=describe_error(exc))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    env = environment()
+    started = time.perf_counter()
+    figures: list[FigureResult] = []
+    for key in args.only.split(","):
+        print(f"running {key} ...", file=sys.stderr, flush=True)
+        figures.append(_measure(key))
+    seconds = time.perf_counter() - started
+    print(render(figures, env, seconds))
+    path = write_json(figures, env, seconds, args.output)
+    print(f"results written to {path}")
+    return 1 if any(figure.error is not None for figure in figures) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Pure logic: the machine's table and decisions, retry policy, event bus, redaction, URLs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import pytest
+
+from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
+from avatar_sdk.errors import CATALOGUE
+from avatar_sdk.events import EventBus
+from avatar_sdk.machine import (
+    STEP_TIMEOUTS,
+    SessionMachine,
+    decide_connect_failure,
+    decide_disconnect,
+    mermaid,
+    step_timeout,
+)
+from avatar_sdk.redact import RedactingFilter, redact, register_secret
+
+CONTRACT_STATES = {
+    "idle", "connecting_socket", "connecting_joining", "connecting_stv_session",
+    "connecting_agent", "connecting_ready", "connecting_asr", "connecting_video",
+    "connecting_approving", "connected", "reconnecting", "recovering_media",
+    "cold_reconnecting", "queued", "paused", "disconnecting", "ended", "failed",
+}  # fmt: skip
+
+
+def test_every_contract_state_is_in_the_diagram() -> None:
+    text = mermaid()
+    for state in CONTRACT_STATES:
+        assert state in text, state
+
+
+async def test_machine_refuses_undeclared_transitions_and_terminal_states_stay() -> None:
+    changes: list[tuple[str, str, str]] = []
+    m = SessionMachine(lambda *c: changes.append(c))
+    assert not await m.fire("approved")  # not from idle
+    assert m.state == "idle"
+    for trigger in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):
+        assert await m.fire(trigger)
+    assert m.state == "connecting_approving"
+    assert await m.fire("fail")
+    assert m.state == "failed" and m.terminal
+    for trigger in ("start", "end", "fail", "recovered", "retry"):
+        assert not await m.fire(trigger)
+    assert changes[0] == ("connecting_socket", "idle", "start")
+
+
+async def test_any_connecting_substate_can_fail_or_queue() -> None:
+    for steps in (0, 2, 5):
+        m = SessionMachine()
+        await m.fire("start")
+        for trigger in ("socket_open", "joined", "stv_ready", "agent_shown", "media_skipped")[:steps]:
+            await m.fire(trigger)
+        assert m.can("fail") and m.can("capacity_unavailable")
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "action"),
+    [
+        ("connected", "transport close", "recover_socket"),
+        ("connected", "ping timeout", "recover_socket"),
+        ("paused", "transport error", "recover_socket"),
+        ("connected", "io server disconnect", "end"),
+        ("connected", "io client disconnect", "end"),
+        ("connecting_joining", "transport close", "abort_connect"),
+        ("reconnecting", "transport close", "ignore"),
+        ("ended", "transport close", "ignore"),
+    ],
+)
+def test_disconnect_decisions(state: str, reason: str, action: str) -> None:
+    assert decide_disconnect(state, reason).action == action
+
+
+def test_connect_failure_decision() -> None:
+    assert decide_connect_failure(ErrorCode.CAPACITY_UNAVAILABLE) == "capacity_unavailable"
+    assert decide_connect_failure(ErrorCode.JOIN_TIMEOUT) == "fail"
+
+
+def test_step_timeouts_come_from_config() -> None:
+    cfg = SessionConfig(join_room_timeout=1.5, agent_timeout=2.5)
+    assert step_timeout(cfg, "clientConfiguration") == (1.5, ErrorCode.JOIN_TIMEOUT)
+    assert step_timeout(cfg, "askPermissions") == (2.5, ErrorCode.AGENT_TIMEOUT)
+    assert set(STEP_TIMEOUTS) >= {"onServerConnected", "joinComplete", "showAgent"}
+
+
+def test_retry_policy_first_retry_immediate_then_capped_full_jitter() -> None:
+    policy = RetryPolicy(base=0.25, cap=1.0)
+    rng = random.Random(7)
+    assert policy.delay(1) == 0.0
+    delays = [policy.delay(n, rng) for n in range(2, 40)]
+    assert all(0.0 <= d <= 1.0 for d in delays)
+    assert RetryPolicy(jitter="none", base=0.25, cap=1.0).delay(3) == 0.5
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=0)
+    with pytest.raises(ValueError):
+        SessionConfig(agent_timeout=-1)
+    assert SessionConfig().effective_hard_tool_spiral_limit == 30
+
+
+def test_catalogue_covers_every_code_and_non_retryables() -> None:
+    assert set(CATALOGUE) == set(ErrorCode)
+    for code in ("auth_failed", "tier_exceeded", "bad_request", "peer_removed", "unsupported_client"):
+        assert not AvatarError(ErrorCode(code)).retryable
+    assert AvatarError(ErrorCode.CAPACITY_UNAVAILABLE).retryable
+
+
+async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -> None:
+    bus = EventBus()
+    seen: list[str] = []
+    bus.on("x", lambda e: seen.append(e.data["v"]))
+    bus.on("x", lambda e: 1 / 0)
+    errors: list[str] = []
+    bus.on("callback_error", lambda e: errors.append(e.data["event"]))
+    unsubscribe = bus.on("x", lambda e: seen.append("second"))
+    waiter = asyncio.ensure_future(bus.wait_for("x", 1))
+    await asyncio.sleep(0)
+    bus.emit("x", {"v": "a"})
+    unsubscribe()
+    bus.emit("x", {"v": "b"})
+    assert seen == ["a", "second", "b"]
+    assert errors == ["x", "x"]
+    assert (await waiter).data == {"v": "a"}
+    with pytest.raises(TimeoutError):
+        await bus.wait_for("never", 0.01)
+
+    async def collect() -> list[str]:
+        return [e.name async for e in bus.events("y")]
+
+    task = asyncio.ensure_future(collect())
+    await asyncio.sleep(0)
+    bus.emit("y")
+    bus.emit("z")
+    await bus.aclose()
+    assert await task == ["y"]
+
+
+def test_redacting_filter_scrubs_registered_secrets() -> None:
+    register_secret("tok-SUPER-secret-123")
+    assert redact("auth tok-SUPER-secret-123 here") == "auth <redacted> here"
+    record = logging.LogRecord("engineio.client", logging.INFO, "f", 1, "sent %s", ("tok-SUPER-secret-123",), None)
+    RedactingFilter().filter(record)
+    assert "tok-SUPER-secret-123" not in record.getMessage()
