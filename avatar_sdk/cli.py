@@ -28,7 +28,8 @@ def _timeline(start: float) -> Any:
         if event.name in _QUIET:
             return
         data = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in event.data.items()}
-        print(f"  {1000 * (event.at - start):8.1f} ms  {event.name:<22} {json.dumps(data, default=str)}")
+        elapsed = 1000 * (event.at - start)
+        print(f"  {elapsed:8.1f} ms  {event.name:<22} {json.dumps(data, default=str)}")
 
     return show
 
@@ -48,7 +49,10 @@ async def demo() -> int:
         start = time.monotonic()
         session.on("*", _timeline(start))
         spoken: list[str] = []
-        session.on("agent_text", lambda e: spoken.append(e.data["content"]) if e.data["type"] == "avatar" else None)
+        session.on(
+            "agent_text",
+            lambda e: spoken.append(e.data["content"]) if e.data["type"] == "avatar" else None,
+        )
         try:
             await session.connect()
             await session.wait_for("agent_turn_ended", 5)
@@ -75,10 +79,14 @@ async def demo() -> int:
             await session.close()
         stats = session.stats()
         joins = len(staging.received_events("join"))
+        recovery_ms = {
+            tier: [round(1000 * d, 1) for d in durations]
+            for tier, durations in stats["recovery_durations"].items()
+        }
         print(
             f"\nsummary: state={session.state} thread={session.thread_id} joins={joins} "
             f"reconnects={stats['reconnects']} "
-            f"recovery_ms={ {k: [round(1000 * d, 1) for d in v] for k, v in stats['recovery_durations'].items()} }"
+            f"recovery_ms={recovery_ms}"
         )
         return 0
 
@@ -107,7 +115,9 @@ async def serve(host: str, port: int, token: str | None) -> int:
     staging.add_routes = routes  # type: ignore[method-assign]
     await staging.start()
     print(json.dumps({"url": staging.url, "genie_url": staging.genie_url, "token": staging.token}))
-    print(f"faults: POST {staging.url}/_control/faults/<name> with JSON keyword arguments", flush=True)
+    print(
+        f"faults: POST {staging.url}/_control/faults/<name> with JSON keyword arguments", flush=True
+    )
     try:
         await asyncio.Event().wait()
     finally:

@@ -95,7 +95,9 @@ class Handshake:
         failed: asyncio.Future[Any] = asyncio.ensure_future(self._failed.wait())
         waits: set[asyncio.Future[Any]] = {fut, failed}
         try:
-            await asyncio.wait(waits, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                waits, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             failed.cancel()
         if fut.done() and not fut.cancelled():
@@ -131,7 +133,7 @@ class Deadline:
         self.expires = time.monotonic() + seconds
 
     def clip(self, seconds: float, code: ErrorCode) -> tuple[float, ErrorCode]:
-        """The wait to use and the code if it expires (the overall deadline's is connect_timeout)."""
+        """The wait to use, and its code on expiry (connect_timeout when the overall deadline)."""
         remaining = self.expires - time.monotonic()
         if remaining < seconds:
             return max(remaining, 0.0), ErrorCode.CONNECT_TIMEOUT

@@ -74,7 +74,10 @@ class ConversationView:
         if isinstance(event, StvSpeechChunk):
             duration = None if event.duration_ms is None else event.duration_ms / 1000.0
             return [
-                ("caption", {"text": event.text, "speech_id": event.speech_id, "duration": duration})
+                (
+                    "caption",
+                    {"text": event.text, "speech_id": event.speech_id, "duration": duration},
+                )
             ]
         if isinstance(event, StvStartedTalking):
             self.agent_talking = True

@@ -75,28 +75,64 @@ class CodeInfo:
 _E, _F, _W = Severity.ERROR, Severity.FATAL, Severity.WARNING
 
 CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
-    ErrorCode.CONNECT_TIMEOUT: CodeInfo(_E, True, Category.NETWORK, "The server did not answer in time."),
-    ErrorCode.JOIN_TIMEOUT: CodeInfo(_E, True, Category.SERVER, "Joining the conversation timed out."),
-    ErrorCode.AGENT_TIMEOUT: CodeInfo(_E, True, Category.SERVER, "The agent did not become ready in time."),
-    ErrorCode.ASR_FAILED: CodeInfo(_E, True, Category.NETWORK, "The microphone uplink could not be set up."),
-    ErrorCode.CAPACITY_UNAVAILABLE: CodeInfo(_W, True, Category.CAPACITY, "All agents are busy; waiting for capacity."),
-    ErrorCode.TIER_EXCEEDED: CodeInfo(_F, False, Category.CAPACITY, "The account's plan limit was reached."),
+    ErrorCode.CONNECT_TIMEOUT: CodeInfo(
+        _E, True, Category.NETWORK, "The server did not answer in time."
+    ),
+    ErrorCode.JOIN_TIMEOUT: CodeInfo(
+        _E, True, Category.SERVER, "Joining the conversation timed out."
+    ),
+    ErrorCode.AGENT_TIMEOUT: CodeInfo(
+        _E, True, Category.SERVER, "The agent did not become ready in time."
+    ),
+    ErrorCode.ASR_FAILED: CodeInfo(
+        _E, True, Category.NETWORK, "The microphone uplink could not be set up."
+    ),
+    ErrorCode.CAPACITY_UNAVAILABLE: CodeInfo(
+        _W, True, Category.CAPACITY, "All agents are busy; waiting for capacity."
+    ),
+    ErrorCode.TIER_EXCEEDED: CodeInfo(
+        _F, False, Category.CAPACITY, "The account's plan limit was reached."
+    ),
     ErrorCode.BAD_REQUEST: CodeInfo(_F, False, Category.CLIENT, "The server rejected the request."),
     ErrorCode.AUTH_FAILED: CodeInfo(_F, False, Category.AUTH, "The server refused the token."),
-    ErrorCode.PEER_REMOVED: CodeInfo(_F, False, Category.SERVER, "The server removed this participant."),
-    ErrorCode.UNSUPPORTED_CLIENT: CodeInfo(_F, False, Category.CLIENT, "The server does not support this client."),
-    ErrorCode.SESSION_GONE: CodeInfo(_E, True, Category.SERVER, "The server-side media session is gone."),
-    ErrorCode.TRANSPORT_CLOSED: CodeInfo(_E, True, Category.NETWORK, "The connection to the server was lost."),
-    ErrorCode.SERVER_ENDED: CodeInfo(_F, False, Category.SERVER, "The server ended the conversation."),
-    ErrorCode.AGENT_CRASHED: CodeInfo(_F, False, Category.SERVER, "The agent crashed and cannot continue."),
-    ErrorCode.AGENT_RESTARTED: CodeInfo(_W, True, Category.SERVER, "The agent restarted; the session continues."),
-    ErrorCode.DEVICE_NOT_FOUND: CodeInfo(_W, False, Category.CLIENT, "The audio device was not found."),
+    ErrorCode.PEER_REMOVED: CodeInfo(
+        _F, False, Category.SERVER, "The server removed this participant."
+    ),
+    ErrorCode.UNSUPPORTED_CLIENT: CodeInfo(
+        _F, False, Category.CLIENT, "The server does not support this client."
+    ),
+    ErrorCode.SESSION_GONE: CodeInfo(
+        _E, True, Category.SERVER, "The server-side media session is gone."
+    ),
+    ErrorCode.TRANSPORT_CLOSED: CodeInfo(
+        _E, True, Category.NETWORK, "The connection to the server was lost."
+    ),
+    ErrorCode.SERVER_ENDED: CodeInfo(
+        _F, False, Category.SERVER, "The server ended the conversation."
+    ),
+    ErrorCode.AGENT_CRASHED: CodeInfo(
+        _F, False, Category.SERVER, "The agent crashed and cannot continue."
+    ),
+    ErrorCode.AGENT_RESTARTED: CodeInfo(
+        _W, True, Category.SERVER, "The agent restarted; the session continues."
+    ),
+    ErrorCode.DEVICE_NOT_FOUND: CodeInfo(
+        _W, False, Category.CLIENT, "The audio device was not found."
+    ),
     ErrorCode.DEVICE_BUSY: CodeInfo(_W, False, Category.CLIENT, "The audio device is busy."),
-    ErrorCode.PERMISSION_DENIED: CodeInfo(_W, False, Category.CLIENT, "Access to the audio device was denied."),
-    ErrorCode.PROTOCOL_VIOLATION: CodeInfo(_W, True, Category.SERVER, "The server sent a malformed message."),
-    ErrorCode.INSECURE_TRANSPORT: CodeInfo(_F, False, Category.CLIENT, "Plain http/ws needs allow_insecure_transport=True."),
+    ErrorCode.PERMISSION_DENIED: CodeInfo(
+        _W, False, Category.CLIENT, "Access to the audio device was denied."
+    ),
+    ErrorCode.PROTOCOL_VIOLATION: CodeInfo(
+        _W, True, Category.SERVER, "The server sent a malformed message."
+    ),
+    ErrorCode.INSECURE_TRANSPORT: CodeInfo(
+        _F, False, Category.CLIENT, "Plain http/ws needs allow_insecure_transport=True."
+    ),
     ErrorCode.GAVE_UP: CodeInfo(_F, False, Category.NETWORK, "Recovery attempts were exhausted."),
-    ErrorCode.INVALID_STATE: CodeInfo(_E, False, Category.CLIENT, "That call is not valid in the current state."),
+    ErrorCode.INVALID_STATE: CodeInfo(
+        _E, False, Category.CLIENT, "That call is not valid in the current state."
+    ),
     ErrorCode.INVALID_ARGUMENT: CodeInfo(_E, False, Category.CLIENT, "An argument was invalid."),
     ErrorCode.CLOSED: CodeInfo(_E, False, Category.CLIENT, "The session is closed."),
 }

@@ -92,9 +92,7 @@ class EventBus:
 
         return unsubscribe
 
-    async def events(
-        self, *names: str, cap: int = DEFAULT_QUEUE_CAP
-    ) -> AsyncIterator[Event]:
+    async def events(self, *names: str, cap: int = DEFAULT_QUEUE_CAP) -> AsyncIterator[Event]:
         """Iterate over events (optionally only those ``names``) until the bus closes."""
         sub = _Subscriber(frozenset(names) if names else None, cap)
         self._subscribers.append(sub)
@@ -177,9 +175,7 @@ class EventBus:
             self._report_callback_error(event, exc)
 
     def _report_callback_error(self, event: Event, exc: BaseException) -> None:
-        log.warning(
-            "callback for %r raised %s", event.name, type(exc).__name__, exc_info=exc
-        )
+        log.warning("callback for %r raised %s", event.name, type(exc).__name__, exc_info=exc)
         if event.name != "callback_error":
             self.emit("callback_error", {"event": event.name, "error": repr(exc)[:500]})
 

@@ -11,6 +11,7 @@ hierarchical machine uses ``/`` because ``stv_session`` itself contains an under
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ TRANSITIONS: Final[list[tuple[str, str | list[str], str]]] = [
     ("end", [s for s in LIVE if s != "idle"], "disconnecting"),
     ("end", "idle", "ended"),
     ("finished", "disconnecting", "ended"),
-    ("fail", LIVE + ["disconnecting"], "failed"),
+    ("fail", [*LIVE, "disconnecting"], "failed"),
 ]
 
 TERMINAL: Final = frozenset({"ended", "failed"})
@@ -236,16 +237,16 @@ def mermaid() -> str:
     """The machine as a Mermaid state diagram, generated from :data:`TRANSITIONS`."""
     lines = ["stateDiagram-v2", "  [*] --> idle"]
     lines.append("  state connecting {")
-    for a, b in zip(CONNECT_STEPS, CONNECT_STEPS[1:], strict=False):
+    for a, b in itertools.pairwise(CONNECT_STEPS):
         lines.append(f"    connecting_{a} --> connecting_{b}")
     lines.append("  }")
     seen: set[tuple[str, str, str]] = set()
     for trigger, sources, dest in TRANSITIONS:
         for src in [sources] if isinstance(sources, str) else sources:
             a, b = public_name(src), public_name(dest)
-            if a.startswith("connecting_") and b.startswith("connecting_"):
-                if trigger not in ("media_skipped",):
-                    continue
+            inner = a.startswith("connecting_") and b.startswith("connecting_")
+            if inner and trigger != "media_skipped":
+                continue
             key = (a, b, trigger)
             if key in seen:
                 continue

@@ -18,21 +18,31 @@ _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
 REDACTED: Final = "<redacted>"
 #: Loggers whose records may carry wire frames (python-socketio and engineio log packets).
-GUARDED_LOGGERS: Final = ("avatar_sdk", "socketio", "socketio.client", "socketio.server",
-                          "engineio", "engineio.client", "engineio.server", "aiohttp.access")
+GUARDED_LOGGERS: Final = (
+    "avatar_sdk",
+    "socketio",
+    "socketio.client",
+    "socketio.server",
+    "engineio",
+    "engineio.client",
+    "engineio.server",
+    "aiohttp.access",
+)
 _installed: weakref.WeakSet[logging.Logger] = weakref.WeakSet()
 
 
 def register_secret(secret: str) -> None:
     """Remember a secret so that it is scrubbed from every guarded log record."""
-    global _pattern
+    global _pattern  # noqa: PLW0603 - one process-wide registry, swapped atomically
     if not secret or len(secret) < 4:
         return
     with _lock:
         if secret in _secrets:
             return
         _secrets.add(secret)
-        _pattern = re.compile("|".join(re.escape(s) for s in sorted(_secrets, key=len, reverse=True)))
+        _pattern = re.compile(
+            "|".join(re.escape(s) for s in sorted(_secrets, key=len, reverse=True))
+        )
     install_log_filter()
 
 
@@ -52,7 +62,7 @@ class RedactingFilter(logging.Filter):
             return True
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken record must not break logging
+        except Exception:
             return True
         cleaned = redact(message)
         if cleaned != message or record.args:

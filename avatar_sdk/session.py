@@ -227,7 +227,9 @@ class AvatarSession:
             await self._machine.fire("approved")
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            await asyncio.shield(self._finish("cancelled" if not self._close_requested else "closed"))
+            await asyncio.shield(
+                self._finish("cancelled" if not self._close_requested else "closed")
+            )
             if self._close_requested and task is not None:
                 task.uncancel()
                 raise AvatarError(ErrorCode.CLOSED, "close() was called during connect()") from None
@@ -325,16 +327,21 @@ class AvatarSession:
     def _on_session_error(self, event: SessionError) -> None:
         if event.code in AGENT_RESTARTED_CODES:
             err = AvatarError(ErrorCode.AGENT_RESTARTED, event.code)
-            self._emit("session_error", {"code": event.code, "recoverable": True, "message": event.message})
+            self._emit(
+                "session_error", {"code": event.code, "recoverable": True, "message": event.message}
+            )
             self._emit("error", err.as_event())
             return
         recoverable = event.code not in AGENT_FATAL_CODES
         self._emit(
-            "session_error", {"code": event.code, "recoverable": recoverable, "message": event.message}
+            "session_error",
+            {"code": event.code, "recoverable": recoverable, "message": event.message},
         )
         if not recoverable:
             self._spawn(
-                self._fail(AvatarError(ErrorCode.AGENT_CRASHED, event.code), reason="agent_crashed"),
+                self._fail(
+                    AvatarError(ErrorCode.AGENT_CRASHED, event.code), reason="agent_crashed"
+                ),
                 "fail",
             )
 
@@ -345,12 +352,20 @@ class AvatarSession:
         log.info("socket disconnected (%s) in %s: %s", reason, self.state, decision.action)
         if decision.action == "abort_connect":
             if self._handshake is not None:
-                code = ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
+                code = (
+                    ErrorCode.SERVER_ENDED
+                    if reason == IO_SERVER_DISCONNECT
+                    else ErrorCode.TRANSPORT_CLOSED
+                )
                 self._handshake.fail(AvatarError(code, reason))
         elif decision.action == "recover_socket":
             self._spawn(self._socket_recovery(channel, reason), "socket-recovery")
         elif decision.action == "end":
-            code = ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
+            code = (
+                ErrorCode.SERVER_ENDED
+                if reason == IO_SERVER_DISCONNECT
+                else ErrorCode.TRANSPORT_CLOSED
+            )
             self._spawn(self._end(reason, code), "end")
 
     # -- tier 1: socket ---------------------------------------------------------------------------
@@ -386,7 +401,9 @@ class AvatarSession:
                 duration = time.monotonic() - started
                 await self._machine.fire("recovered")
                 self._record_recovery("socket", duration)
-                self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
+                self._emit(
+                    "reconnected", {"tier": "socket", "recovered": True, "duration": duration}
+                )
                 await self._flush_held()
                 return
             # The server answered with a fresh session: nothing to resume on this socket.
@@ -420,7 +437,12 @@ class AvatarSession:
                     attempts += 1
                     self._emit(
                         "reconnecting",
-                        {"tier": "cold", "attempt": attempts, "max_attempts": policy.max_attempts, "reason": reason},
+                        {
+                            "tier": "cold",
+                            "attempt": attempts,
+                            "max_attempts": policy.max_attempts,
+                            "reason": reason,
+                        },
                     )
                     await self._cold_attempt()
         except AvatarError as error:
@@ -653,4 +675,12 @@ class AvatarSession:
         exc = task.exception()
         if exc is not None:
             log.error("internal task %s failed: %r", task.get_name(), exc, exc_info=exc)
-            self._emit("error", {"code": "internal", "message": repr(exc)[:300], "severity": "error", "recoverable": False})
+            self._emit(
+                "error",
+                {
+                    "code": "internal",
+                    "message": repr(exc)[:300],
+                    "severity": "error",
+                    "recoverable": False,
+                },
+            )

@@ -26,11 +26,13 @@ def check_url(url: object, *, allow_insecure: bool, what: str) -> str:
     scheme = parts.scheme.lower()
     if scheme not in _SECURE | _INSECURE or not parts.hostname:
         raise AvatarError(
-            ErrorCode.INVALID_ARGUMENT, f"{what} must be http(s)://host[:port] (got scheme {scheme!r})"
+            ErrorCode.INVALID_ARGUMENT,
+            f"{what} must be http(s)://host[:port] (got scheme {scheme!r})",
         )
     if scheme in _INSECURE and not allow_insecure:
         raise AvatarError(
-            ErrorCode.INSECURE_TRANSPORT, f"{what} uses {scheme}://; pass allow_insecure_transport=True"
+            ErrorCode.INSECURE_TRANSPORT,
+            f"{what} uses {scheme}://; pass allow_insecure_transport=True",
         )
     del port
     return url.strip().rstrip("/")

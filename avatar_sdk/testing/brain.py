@@ -86,7 +86,9 @@ class Brain:
         for call in tool_calls or ():
             events.append(raw({"type": "tool", "content": call}))
             name = call.split("{", 1)[0].strip() or "tool"
-            events.append(raw({"type": "tool_response", "content": f"{name} responded with size 2"}))
+            events.append(
+                raw({"type": "tool_response", "content": f"{name} responded with size 2"})
+            )
         if text:
             words = text.split()
             chunks = [

@@ -32,7 +32,9 @@ from socketio import packet as sio_packet
 log = logging.getLogger(__name__)
 
 NS = "/"
-_RECOVERABLE = frozenset({"transport close", "transport error", "ping timeout", "server disconnect"})
+_RECOVERABLE = frozenset(
+    {"transport close", "transport error", "ping timeout", "server disconnect"}
+)
 
 
 @dataclass
@@ -195,13 +197,17 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
         await self.emit(event, args if len(args) != 1 else args[0], to=sid)
 
     # -- disconnect -------------------------------------------------------------------------
-    async def disconnect(self, sid: str, namespace: str | None = None, ignore_queue: bool = False) -> None:
+    async def disconnect(
+        self, sid: str, namespace: str | None = None, ignore_queue: bool = False
+    ) -> None:
         """A server-initiated Socket.IO disconnect: never recoverable."""
         if (namespace or NS) == NS:
             self._forget(sid)
         await super().disconnect(sid, namespace=namespace, ignore_queue=ignore_queue)
 
-    async def _handle_disconnect(self, eio_sid: str, namespace: str | None, reason: Any = None) -> None:
+    async def _handle_disconnect(
+        self, eio_sid: str, namespace: str | None, reason: Any = None
+    ) -> None:
         ns = namespace or NS
         sid = self.manager.sid_from_eio_sid(eio_sid, ns)
         session = self.sessions_by_sid.get(sid) if sid is not None else None

@@ -93,7 +93,11 @@ class ControlChannel:
     @property
     def can_recover(self) -> bool:
         """True when a reconnect may restore the server session (a pid and offset are held)."""
-        return self._client is not None and self._client.pid is not None and self._client.offset is not None
+        return (
+            self._client is not None
+            and self._client.pid is not None
+            and self._client.offset is not None
+        )
 
     def _url(self) -> str:
         parts = urlsplit(self._base_url)
@@ -189,7 +193,7 @@ class ControlChannel:
         if client is not None:
             try:
                 await asyncio.wait_for(client.close_gracefully(timeout), timeout + 0.1)
-            except (TimeoutError, Exception):  # noqa: BLE001 - teardown must finish
+            except (TimeoutError, Exception):
                 await self._drop_quietly()
         if self._http is not None:
             with contextlib.suppress(Exception):

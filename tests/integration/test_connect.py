@@ -14,8 +14,6 @@ from avatar_sdk.transport.csr import RecoveringAsyncClient
 from .conftest import FAST, SessionFactory, sdk_tasks
 
 
-
-
 async def test_full_connect_sequence_walks_every_declared_state(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
@@ -55,7 +53,10 @@ async def test_two_turn_conversation(staging: StagingServer, make_session: Sessi
     await session.wait_for("agent_turn_ended", 2)
     staging.brain.reply("Paris is the capital of France.")
     texts: list[str] = []
-    session.on("agent_text", lambda e: texts.append(e.data["content"]) if e.data["type"] == "avatar" else None)
+    session.on(
+        "agent_text",
+        lambda e: texts.append(e.data["content"]) if e.data["type"] == "avatar" else None,
+    )
     await session.speak("What is the capital of France?")
     await session.wait_for("agent_turn_ended", 2)
     assert "".join(texts) == "Paris is the capital of France."

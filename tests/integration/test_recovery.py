@@ -7,13 +7,11 @@ import json
 
 import pytest
 
-from avatar_sdk import AvatarError
+from avatar_sdk import AvatarError, RetryPolicy
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In
 
-from .conftest import SessionFactory, sdk_tasks
-
-
+from .conftest import FAST, SessionFactory, sdk_tasks
 
 
 def _raw_text(i: int) -> dict[str, object]:
@@ -132,7 +130,9 @@ async def test_speak_during_cold_reconnect_is_held_and_delivered_once(
     staging.faults.clear()
     assert session.state == "connected"
     await session.wait_for("agent_turn_ended", 3)
-    texts = [r.payload["text"] for r in staging.received_events("onTextEntered") if r.payload["text"]]
+    texts = [
+        r.payload["text"] for r in staging.received_events("onTextEntered") if r.payload["text"]
+    ]
     assert texts == ["held turn"]
     assert staging.received_events("onTextEntered")[-1].sid == staging.live_sids[-1]
 
@@ -140,10 +140,6 @@ async def test_speak_during_cold_reconnect_is_held_and_delivered_once(
 async def test_held_turn_fails_clearly_when_the_session_ends(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    from avatar_sdk import RetryPolicy
-
-    from .conftest import FAST
-
     session = make_session(config=FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01)))
     await session.connect()
     staging.faults.withhold("onServerConnected")  # every cold attempt now fails
@@ -157,10 +153,6 @@ async def test_held_turn_fails_clearly_when_the_session_ends(
 async def test_cold_reconnect_gives_up_after_its_budget(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    from avatar_sdk import RetryPolicy
-
-    from .conftest import FAST
-
     cfg = FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01, cap=0.02))
     session = make_session(config=cfg)
     await session.connect()

@@ -14,9 +14,9 @@ from avatar_sdk.wire import In
 from .conftest import SessionFactory
 
 
-
-
-@pytest.mark.parametrize("event", [In.AGENT_RAW_TEXT, In.AGENT_START_SPEECH, In.STV_SPEECH_CHUNK, In.SESSION_ERROR])
+@pytest.mark.parametrize(
+    "event", [In.AGENT_RAW_TEXT, In.AGENT_START_SPEECH, In.STV_SPEECH_CHUNK, In.SESSION_ERROR]
+)
 async def test_malformed_event_is_a_protocol_error_and_the_session_goes_on(
     staging: StagingServer, make_session: SessionFactory, event: str
 ) -> None:
@@ -117,7 +117,9 @@ def test_empty_token_is_refused() -> None:
     assert info.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-async def test_nobody_listening_is_a_bounded_classified_failure(make_session: SessionFactory) -> None:
+async def test_nobody_listening_is_a_bounded_classified_failure(
+    make_session: SessionFactory,
+) -> None:
     session = make_session(url="http://127.0.0.1:9")
     with pytest.raises(AvatarError) as info:
         await session.connect()
@@ -176,7 +178,11 @@ async def test_pause_resume_and_mute(staging: StagingServer, make_session: Sessi
     await session.speak("done")
     await session.wait_for("agent_turn_ended", 2)
     names = [r.event for r in staging.received]
-    assert names.index("muteUser") < names.index("pauseConversation") < names.index("resumeConversation")
+    assert (
+        names.index("muteUser")
+        < names.index("pauseConversation")
+        < names.index("resumeConversation")
+    )
     assert "unmuteUser" in names
 
 

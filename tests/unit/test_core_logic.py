@@ -54,7 +54,9 @@ async def test_any_connecting_substate_can_fail_or_queue() -> None:
     for steps in (0, 2, 5):
         m = SessionMachine()
         await m.fire("start")
-        for trigger in ("socket_open", "joined", "stv_ready", "agent_shown", "media_skipped")[:steps]:
+        for trigger in ("socket_open", "joined", "stv_ready", "agent_shown", "media_skipped")[
+            :steps
+        ]:
             await m.fire(trigger)
         assert m.can("fail") and m.can("capacity_unavailable")
 
@@ -104,7 +106,13 @@ def test_retry_policy_first_retry_immediate_then_capped_full_jitter() -> None:
 
 def test_catalogue_covers_every_code_and_non_retryables() -> None:
     assert set(CATALOGUE) == set(ErrorCode)
-    for code in ("auth_failed", "tier_exceeded", "bad_request", "peer_removed", "unsupported_client"):
+    for code in (
+        "auth_failed",
+        "tier_exceeded",
+        "bad_request",
+        "peer_removed",
+        "unsupported_client",
+    ):
         assert not AvatarError(ErrorCode(code)).retryable
     assert AvatarError(ErrorCode.CAPACITY_UNAVAILABLE).retryable
 
@@ -142,6 +150,8 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
 def test_redacting_filter_scrubs_registered_secrets() -> None:
     register_secret("tok-SUPER-secret-123")
     assert redact("auth tok-SUPER-secret-123 here") == "auth <redacted> here"
-    record = logging.LogRecord("engineio.client", logging.INFO, "f", 1, "sent %s", ("tok-SUPER-secret-123",), None)
+    record = logging.LogRecord(
+        "engineio.client", logging.INFO, "f", 1, "sent %s", ("tok-SUPER-secret-123",), None
+    )
     RedactingFilter().filter(record)
     assert "tok-SUPER-secret-123" not in record.getMessage()

@@ -1,0 +1,411 @@
+"""Interop: ``RecoveringAsyncClient`` against the real Node ``socket.io`` 4.8 server.
+
+The server (``node/server.js``) runs with ``connectionStateRecovery`` on, an auth middleware
+and test-control events; see its header for the protocol. These tests pin down the dialect
+our client relies on: the ``pid`` in the CONNECT reply, the trailing offset on stored events
+(and its absence on ack-requesting and volatile events), the replay before the CONNECT reply,
+and the disconnect reasons on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import pytest_asyncio
+import socketio
+from socketio import packet as sio_packet
+
+from avatar_sdk.transport.csr import (
+    IO_CLIENT_DISCONNECT,
+    IO_SERVER_DISCONNECT,
+    RecoveringAsyncClient,
+    is_recoverable,
+)
+
+if TYPE_CHECKING:  # the fixtures' types; tests/ is not a package
+    from conftest import NodeServer, StartServer
+
+pytestmark = pytest.mark.interop
+
+WAIT = 5.0
+
+
+class WireTapClient(RecoveringAsyncClient):
+    """Also keeps every decoded Socket.IO packet as received, before any offset handling."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wire: list[sio_packet.Packet] = []
+        self.disconnected = asyncio.Event()
+
+    async def _handle_eio_message(self, data: Any) -> None:
+        if isinstance(data, str):
+            self.wire.append(sio_packet.Packet(encoded_packet=data))
+        await super()._handle_eio_message(data)
+
+    def wire_event(self, name: str) -> sio_packet.Packet:
+        found = [
+            p
+            for p in self.wire
+            if p.packet_type == sio_packet.EVENT and isinstance(p.data, list) and p.data[0] == name
+        ]
+        assert len(found) == 1, f"expected one {name!r} EVENT on the wire, got {found}"
+        return found[0]
+
+
+class Recorder:
+    """Collects (event, args) in arrival order; handlers take exactly the payload args."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple[Any, ...]]] = []
+        self._changed = asyncio.Event()
+
+    def add(self, name: str, args: tuple[Any, ...]) -> None:
+        self.events.append((name, args))
+        self._changed.set()
+
+    def handler(self, name: str) -> Callable[..., None]:
+        def record(*args: Any) -> None:
+            self.add(name, args)
+
+        return record
+
+    def args(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for event, args in self.events if event == name]
+
+    def names(self) -> list[str]:
+        return [event for event, _ in self.events]
+
+    async def wait_for(self, name: str, count: int = 1, timeout: float = WAIT) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.args(name)) < count:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"{count} x {name!r} not received within {timeout} s; got {self.events}"
+            ) from None
+
+
+class Harness:
+    """Creates clients wired to a Recorder; closes them all gracefully at teardown."""
+
+    def __init__(self) -> None:
+        self.clients: list[RecoveringAsyncClient] = []
+
+    def client(self, recorder: Recorder, *events: str) -> WireTapClient:
+        client = WireTapClient()
+        self.clients.append(client)
+
+        def on_disconnect(reason: str) -> None:
+            recorder.add("disconnect", (reason,))
+            client.disconnected.set()
+
+        client.on("disconnect", on_disconnect)
+        client.on("connect_error", recorder.handler("connect_error"))
+        client.on("onServerConnected", recorder.handler("onServerConnected"))
+        for event in events:
+            client.on(event, recorder.handler(event))
+        return client
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close_gracefully(2.0)
+
+
+@pytest_asyncio.fixture
+async def harness() -> AsyncIterator[Harness]:
+    h = Harness()
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+async def connect(client: RecoveringAsyncClient, server: NodeServer, **auth: Any) -> None:
+    await client.connect(
+        server.url,
+        auth=auth if auth else {"token": server.token},
+        transports=["websocket"],
+        wait_timeout=WAIT,
+    )
+
+
+async def stats(client: RecoveringAsyncClient) -> dict[str, Any]:
+    result = await client.call("stats", timeout=WAIT)
+    assert isinstance(result, dict)
+    return result
+
+
+async def drop_transport(client: WireTapClient, server: NodeServer, gap: int) -> str:
+    """Kill the transport server-side (``gap`` events are sent meanwhile); return the sid."""
+    sid = client.get_sid()
+    assert sid is not None
+    client.disconnected.clear()
+    await client.emit("kill", {"gap": gap})
+    await asyncio.wait_for(client.disconnected.wait(), WAIT)
+    # The session is persisted server-side once the server has noticed the drop.
+    assert await server.disconnect_reason(sid) == "forced close"
+    return sid
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+async def test_connect_with_token_gets_pid_and_offset(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec)
+    await connect(client, node_server)
+
+    assert client.connected
+    assert isinstance(client.pid, str) and client.pid  # the server has CSR on
+    assert client.recovered is False
+    await rec.wait_for("onServerConnected")
+    assert rec.args("onServerConnected") == [({},)]  # the offset is not passed to the handler
+    assert isinstance(client.offset, str) and client.offset
+    sid = client.get_sid()
+    assert await stats(client) == {"recovered": False, "id": sid}
+    await node_server.wait_line(f"CONNECTION {sid} false")
+
+
+@pytest.mark.parametrize("auth", [{"token": "wrong-token"}, {}], ids=["wrong", "missing"])
+async def test_bad_token_is_rejected(
+    node_server: NodeServer, harness: Harness, auth: dict[str, Any]
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec)
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await client.connect(
+            node_server.url, auth=auth, transports=["websocket"], wait_timeout=WAIT
+        )
+    assert rec.args("connect_error") == [({"message": "invalid token"},)]
+    assert not client.connected
+    assert client.pid is None
+
+
+async def test_recovery_replays_missed_events_exactly_once(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec, "gap")
+    burst: list[tuple[int, str]] = []
+
+    def on_b(i: int, label: str) -> None:  # strict arity: no trailing offset may reach it
+        burst.append((i, label))
+
+    client.on("b", on_b)
+    await connect(client, node_server)
+    pid = client.pid
+    await client.emit("burst", 3)
+    assert await stats(client) == {"recovered": False, "id": client.get_sid()}
+    assert burst == [(0, "item-0"), (1, "item-1"), (2, "item-2")]
+
+    sid = await drop_transport(client, node_server, gap=5)
+    assert client.disconnect_reason is not None
+    assert is_recoverable(client.disconnect_reason), client.disconnect_reason
+    assert client.pid == pid  # kept for the recovery attempt
+    assert not rec.args("gap")
+
+    del rec.events[:]
+    await connect(client, node_server)
+    assert client.recovered is True
+    assert client.get_sid() == sid
+    assert client.pid == pid
+    assert await stats(client) == {"recovered": True, "id": sid}
+    await node_server.wait_line(f"CONNECTION {sid} true")
+    # Replayed before the CONNECT reply, delivered in order and before anything newer.
+    assert rec.events == [("gap", (i,)) for i in range(5)] + [("onServerConnected", ({},))]
+    assert client.replayed == 5
+    assert len(burst) == 3  # nothing delivered before the drop is delivered again
+
+    # A second drop: only the new gap events come back, the old ones are not repeated.
+    await drop_transport(client, node_server, gap=2)
+    del rec.events[:]
+    await connect(client, node_server)
+    assert client.recovered is True
+    assert client.get_sid() == sid
+    assert await stats(client) == {"recovered": True, "id": sid}
+    assert rec.args("gap") == [(0,), (1,)]
+    assert client.replayed == 7
+    assert len(burst) == 3
+
+
+async def test_ack_and_volatile_events_keep_their_args(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec, "vol", "plain", "with_ack_reply")
+
+    def on_with_ack(*args: Any) -> str:
+        rec.add("with_ack", args)
+        return "ack-reply"
+
+    client.on("with_ack", on_with_ack)
+    await connect(client, node_server)
+    await rec.wait_for("onServerConnected")
+    spec = {"volatile": ["v-string", {"n": 7}], "ack": ["a-string", "a-tail"], "plain": ["p"]}
+    await client.emit("probe_special", spec)
+    await rec.wait_for("with_ack_reply")
+
+    # On the wire: the ack-requesting and the volatile event carry no offset, the plain one does.
+    with_ack = client.wire_event("with_ack")
+    assert with_ack.id is not None
+    assert with_ack.data == ["with_ack", "a-string", "a-tail"]
+    vol = client.wire_event("vol")
+    assert vol.id is None
+    assert vol.data == ["vol", "v-string", {"n": 7}]
+    plain = client.wire_event("plain")
+    assert len(plain.data) == 3 and isinstance(plain.data[-1], str)
+
+    # Delivered with their args intact; only the plain event lost its (trailing) offset.
+    assert rec.args("with_ack") == [("a-string", "a-tail")]
+    assert rec.args("vol") == [("v-string", {"n": 7})]
+    assert rec.args("plain") == [("p",)]
+    assert rec.args("with_ack_reply") == [(["ack-reply"],)]
+    assert await node_server.wait_line("ACKED with_ack") == 'ACKED with_ack ["ack-reply"]'
+    reply = client.wire_event("with_ack_reply")
+    assert client.offset == reply.data[-1]  # the last offset-bearing event
+
+    # Offsets were tracked correctly across them: recovery still works and replays only the gap.
+    sid = await drop_transport(client, node_server, gap=1)
+    del rec.events[:]
+    await connect(client, node_server)
+    assert client.recovered is True
+    assert client.get_sid() == sid
+    assert rec.names() == ["gap", "onServerConnected"]
+
+
+async def test_server_disconnect_refuses_recovery(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec)
+    await connect(client, node_server)
+    await rec.wait_for("onServerConnected")
+    old_sid, old_pid = client.get_sid(), client.pid
+    assert old_sid is not None
+
+    await client.emit("server_disconnect")
+    await asyncio.wait_for(client.disconnected.wait(), WAIT)
+    assert client.disconnect_reason == IO_SERVER_DISCONNECT
+    assert not is_recoverable(client.disconnect_reason)
+    assert client.pid is None and client.offset is None  # the session is forgotten
+    assert await node_server.disconnect_reason(old_sid) == "server namespace disconnect"
+
+    await connect(client, node_server)
+    assert client.recovered is False
+    new_sid = client.get_sid()
+    assert new_sid is not None and new_sid != old_sid
+    assert client.pid is not None and client.pid != old_pid
+    assert await stats(client) == {"recovered": False, "id": new_sid}
+
+
+async def test_expired_window_refuses_recovery(
+    start_node_server: StartServer, harness: Harness
+) -> None:
+    server = await start_node_server(window_ms=300)
+    rec = Recorder()
+    client = harness.client(rec, "gap")
+    await connect(client, server)
+    await rec.wait_for("onServerConnected")
+    old_pid = client.pid
+
+    old_sid = await drop_transport(client, server, gap=2)
+    assert client.pid == old_pid and client.offset is not None  # recovery will be offered
+    await asyncio.sleep(0.8)  # longer than the 300 ms window
+
+    del rec.events[:]
+    await connect(client, server)
+    assert client.recovered is False
+    new_sid = client.get_sid()
+    assert new_sid != old_sid
+    assert client.pid is not None and client.pid != old_pid
+    assert await stats(client) == {"recovered": False, "id": new_sid}
+    assert client.replayed == 0
+    assert rec.args("gap") == []
+    assert rec.names() == ["onServerConnected"]
+
+
+async def test_close_gracefully_is_a_client_namespace_disconnect(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec)
+    await connect(client, node_server)
+    await rec.wait_for("onServerConnected")
+    sid = client.get_sid()
+    assert sid is not None
+
+    await client.close_gracefully(2.0)
+    assert not client.connected
+    assert client.disconnect_reason == IO_CLIENT_DISCONNECT
+    assert client.pid is None and client.offset is None
+    reason = await node_server.disconnect_reason(sid)
+    assert reason == "client namespace disconnect"  # not "transport close": nothing to recover
+
+
+# -- known defects of avatar_sdk/transport/csr.py (strict: a fix turns these into failures, then
+# -- drop the marker) ---------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="csr.py records an event's offset after its (async) handler returns; handlers run "
+    "as concurrent tasks, so a slow handler regresses the offset and recovery replays "
+    "events that were already delivered",
+)
+async def test_slow_async_handler_does_not_regress_offset(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec)
+
+    async def on_b(i: int, label: str) -> None:
+        await asyncio.sleep(0.3 if i == 0 else 0.0)
+        rec.add("b", (i, label))
+
+    client.on("b", on_b)
+    await connect(client, node_server)
+    await client.emit("burst", 3)
+    await rec.wait_for("b", 3)
+
+    await drop_transport(client, node_server, gap=0)
+    await connect(client, node_server)
+    assert client.recovered is True
+    await stats(client)
+    await asyncio.sleep(0.1)
+    assert client.replayed == 0
+    assert sorted(rec.args("b")) == [(0, "item-0"), (1, "item-1"), (2, "item-2")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="csr.py flushes replayed events after the connect handler; an async connect "
+    "handler lets events sent after the recovery overtake the replayed ones",
+)
+async def test_replayed_events_precede_new_ones_with_async_connect_handler(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    rec = Recorder()
+    client = harness.client(rec, "gap")
+
+    async def on_connect() -> None:
+        await asyncio.sleep(0.1)
+
+    client.on("connect", on_connect)
+    await connect(client, node_server)
+    await rec.wait_for("onServerConnected")
+
+    await drop_transport(client, node_server, gap=3)
+    del rec.events[:]
+    await connect(client, node_server)
+    assert client.recovered is True
+    await stats(client)
+    await rec.wait_for("onServerConnected")
+    assert rec.events == [("gap", (i,)) for i in range(3)] + [("onServerConnected", ({},))]
