@@ -98,6 +98,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         """Connect (or reconnect, offering recovery when a pid and offset are known)."""
         if auth != self._csr_auth:  # bound methods compare equal, not identical
             self._user_auth = auth
+        # After a server disconnect engineio finishes closing a moment after the handler ran.
+        for _ in range(50):
+            if self.eio.state == "disconnected":
+                break
+            await asyncio.sleep(0.01)
         self._closing = False
         self.disconnect_reason = None
         self.refusal = None
@@ -170,12 +175,22 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
                 self.offset = None
                 self._pre_connect = []
             self.pid = pid
-        await super()._handle_connect(namespace, data)
-        if ns == "/" and self._pre_connect:
+        if ns != "/" or ns in self.namespaces:
+            await super()._handle_connect(namespace, data)
+            return
+        # Register the namespace, deliver what the server replayed before its CONNECT reply,
+        # and only then run the ``connect`` handler: missed events must precede new ones
+        # even when that handler awaits (the JS client orders them the same way).
+        self.namespaces[ns] = (
+            (data or {}).get("sid", self.sid) if isinstance(data, dict) else self.sid
+        )
+        while self._pre_connect:
             buffered, self._pre_connect = self._pre_connect, []
             self.replayed += len(buffered)
             for ack_id, args, offset in buffered:
                 await self._deliver(ns, ack_id, args, offset)
+        await self._trigger_event("connect", namespace=ns)
+        self._connect_event.set()
 
     async def _handle_event(self, namespace: str | None, id: Any, data: list[Any]) -> None:
         ns = namespace or "/"
@@ -197,9 +212,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         await self._deliver(ns, id, data, offset)
 
     async def _deliver(self, ns: str, ack_id: Any, data: list[Any], offset: str | None) -> None:
-        await super()._handle_event(ns, ack_id, data)
+        # Record before dispatch: handlers run in their own tasks and may finish out of
+        # order, and a stale offset would make the server replay events already handled.
         if offset is not None:
             self.offset = offset
+        await super()._handle_event(ns, ack_id, data)
 
     async def _handle_error(self, namespace: str | None, data: Any) -> None:
         # A CONNECT_ERROR packet: the server (its auth middleware) refused this client.
@@ -227,7 +244,6 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         if eio_reason == engineio.Client.reason.SERVER_DISCONNECT:
             # An Engine.IO CLOSE packet: the JS client calls this "transport close".
             return TRANSPORT_CLOSE
-        interval = (self.eio.ping_interval or 0) + (self.eio.ping_timeout or 0)
-        if interval and time.monotonic() - self.last_receive >= interval:
-            return PING_TIMEOUT
+        # engineio reports a silent server (no ping) as a transport error too; both are
+        # recoverable, so the distinction would only change the label.
         return TRANSPORT_ERROR

@@ -141,13 +141,26 @@ async def stats(client: RecoveringAsyncClient) -> dict[str, Any]:
     return result
 
 
+async def wait_disconnected(client: WireTapClient) -> None:
+    """Wait for the client's ``disconnect`` handler, then for Engine.IO to finish closing.
+
+    After a server DISCONNECT packet the handler runs while Engine.IO is still closing its
+    websocket (state ``disconnecting`` for a few ms); ``connect()`` in that window raises
+    ``ValueError('Client is not in a disconnected state')``.
+    """
+    await asyncio.wait_for(client.disconnected.wait(), WAIT)
+    async with asyncio.timeout(WAIT):
+        while client.eio.state != "disconnected":  # noqa: ASYNC110 (engineio has no event)
+            await asyncio.sleep(0.005)
+
+
 async def drop_transport(client: WireTapClient, server: NodeServer, gap: int) -> str:
     """Kill the transport server-side (``gap`` events are sent meanwhile); return the sid."""
     sid = client.get_sid()
     assert sid is not None
     client.disconnected.clear()
     await client.emit("kill", {"gap": gap})
-    await asyncio.wait_for(client.disconnected.wait(), WAIT)
+    await wait_disconnected(client)
     # The session is persisted server-side once the server has noticed the drop.
     assert await server.disconnect_reason(sid) == "forced close"
     return sid
@@ -185,6 +198,7 @@ async def test_bad_token_is_rejected(
             node_server.url, auth=auth, transports=["websocket"], wait_timeout=WAIT
         )
     assert rec.args("connect_error") == [({"message": "invalid token"},)]
+    assert client.refusal == {"message": "invalid token"}  # what ControlChannel reports
     assert not client.connected
     assert client.pid is None
 
@@ -240,7 +254,7 @@ async def test_ack_and_volatile_events_keep_their_args(
     node_server: NodeServer, harness: Harness
 ) -> None:
     rec = Recorder()
-    client = harness.client(rec, "vol", "plain", "with_ack_reply")
+    client = harness.client(rec, "vol", "plain", "with_ack_reply", "gap")
 
     def on_with_ack(*args: Any) -> str:
         rec.add("with_ack", args)
@@ -278,7 +292,8 @@ async def test_ack_and_volatile_events_keep_their_args(
     await connect(client, node_server)
     assert client.recovered is True
     assert client.get_sid() == sid
-    assert rec.names() == ["gap", "onServerConnected"]
+    assert await stats(client) == {"recovered": True, "id": sid}
+    assert rec.events == [("gap", (0,)), ("onServerConnected", ({},))]
 
 
 async def test_server_disconnect_refuses_recovery(
@@ -292,7 +307,7 @@ async def test_server_disconnect_refuses_recovery(
     assert old_sid is not None
 
     await client.emit("server_disconnect")
-    await asyncio.wait_for(client.disconnected.wait(), WAIT)
+    await wait_disconnected(client)
     assert client.disconnect_reason == IO_SERVER_DISCONNECT
     assert not is_recoverable(client.disconnect_reason)
     assert client.pid is None and client.offset is None  # the session is forgotten
@@ -350,16 +365,9 @@ async def test_close_gracefully_is_a_client_namespace_disconnect(
     assert reason == "client namespace disconnect"  # not "transport close": nothing to recover
 
 
-# -- known defects of avatar_sdk/transport/csr.py (strict: a fix turns these into failures, then
-# -- drop the marker) ---------------------------------------------------------------------------
+# -- regressions: ordering guarantees under async handlers -----------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="csr.py records an event's offset after its (async) handler returns; handlers run "
-    "as concurrent tasks, so a slow handler regresses the offset and recovery replays "
-    "events that were already delivered",
-)
 async def test_slow_async_handler_does_not_regress_offset(
     node_server: NodeServer, harness: Harness
 ) -> None:
@@ -384,11 +392,6 @@ async def test_slow_async_handler_does_not_regress_offset(
     assert sorted(rec.args("b")) == [(0, "item-0"), (1, "item-1"), (2, "item-2")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="csr.py flushes replayed events after the connect handler; an async connect "
-    "handler lets events sent after the recovery overtake the replayed ones",
-)
 async def test_replayed_events_precede_new_ones_with_async_connect_handler(
     node_server: NodeServer, harness: Harness
 ) -> None:
