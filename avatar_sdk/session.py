@@ -401,6 +401,7 @@ class AvatarSession:
                 duration = time.monotonic() - started
                 await self._machine.fire("recovered")
                 self._record_recovery("socket", duration)
+                self._health_reason = self._health_category = None
                 self._emit(
                     "reconnected", {"tier": "socket", "recovered": True, "duration": duration}
                 )

@@ -44,7 +44,7 @@ def _measure(key: str) -> FigureResult:
     started = time.perf_counter()
     try:
         result = run()
-    except Exception as exc:  # noqa: BLE001 - one broken figure must not hide the others
+    except Exception as exc:  # one broken figure must not hide the others
         result = FigureResult(key, title, error=describe_error(exc))
     result.seconds = time.perf_counter() - started
     return result

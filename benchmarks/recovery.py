@@ -86,13 +86,33 @@ async def _run(n: int, warmup: int) -> FigureResult:
     gap_ms = Summary.of([w - s for w, s in zip(wall, sdk, strict=True)]).scaled(1000.0)
     count = len(wall)
     result.rows = [
-        Row("recovery: SDK-reported duration", count, sdk_ms.median, "ms", sdk_ms.p90,
-            sdk_ms.maximum, TARGET),
-        Row("recovery: wall, fault call -> reconnected", count, wall_ms.median, "ms",
-            wall_ms.p90, wall_ms.maximum, TARGET),
-        Row("recovery: wall - SDK (drop detection etc.)", count, gap_ms.median, "ms",
-            gap_ms.p90, gap_ms.maximum),
-    ]  # fmt: skip
+        Row(
+            "recovery: SDK-reported duration",
+            count,
+            sdk_ms.median,
+            "ms",
+            sdk_ms.p90,
+            sdk_ms.maximum,
+            TARGET,
+        ),
+        Row(
+            "recovery: wall, fault call -> reconnected",
+            count,
+            wall_ms.median,
+            "ms",
+            wall_ms.p90,
+            wall_ms.maximum,
+            TARGET,
+        ),
+        Row(
+            "recovery: wall - SDK (drop detection etc.)",
+            count,
+            gap_ms.median,
+            "ms",
+            gap_ms.p90,
+            gap_ms.maximum,
+        ),
+    ]
     low, high = FLOOR_MS
     floor_ratios = {
         "sdk_median_vs_floor_low": ratio(sdk_ms.median, low),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
-import sys
 import textwrap
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +20,16 @@ from .stats import FigureResult, Row, format_number
 RESULTS_PATH = Path(__file__).resolve().parent / "results.json"
 
 _LABEL = 44
-_COLUMNS = (("n", 7), ("median", 13), ("p90", 11), ("max", 11), ("target", 14), ("verdict", 7))
+_COLUMNS = (("n", 7), ("median", 15), ("p90", 11), ("max", 11), ("target", 14), ("verdict", 7))
 _WIDTH = _LABEL + sum(width + 1 for _, width in _COLUMNS)
 
 
 def environment() -> dict[str, Any]:
     """Where and with what the numbers were taken."""
     versions: dict[str, str] = {}
-    for name in ("socketio", "engineio", "aiohttp"):
-        module = sys.modules.get(name)
-        version = getattr(module, "__version__", None)
-        if isinstance(version, str):
-            versions[name] = version
-    try:
-        from importlib.metadata import version as dist_version  # noqa: PLC0415
-
-        versions["python-socketio"] = dist_version("python-socketio")
-        versions["python-engineio"] = dist_version("python-engineio")
-    except Exception:  # noqa: BLE001 - metadata is informational
-        pass
+    for name in ("python-socketio", "python-engineio", "aiohttp"):
+        with contextlib.suppress(PackageNotFoundError):
+            versions[name] = version(name)
     return {
         "sdk_version": sdk_version,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -86,9 +78,7 @@ def render(figures: list[FigureResult], env: dict[str, Any], seconds: float) -> 
         lines.extend(_row_line(row) for row in figure.rows)
         for note in figure.notes:
             lines.extend(
-                textwrap.wrap(
-                    note, _WIDTH, initial_indent="  * ", subsequent_indent="    "
-                )
+                textwrap.wrap(note, _WIDTH, initial_indent="  * ", subsequent_indent="    ")
             )
         lines.append("")
     lines.append(f"total {seconds:.1f} s; targets are information only (exit status ignores them)")

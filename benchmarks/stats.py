@@ -90,7 +90,7 @@ class Target:
         return "PASS" if self.met(value) else "FAIL"
 
     def label(self) -> str:
-        return f"{self.op} {format_number(self.threshold)} {self.unit}"
+        return f"{self.op} {self.threshold:,g} {self.unit}"
 
     def as_json(self) -> dict[str, Any]:
         return {"op": self.op, "threshold": self.threshold, "unit": self.unit}
