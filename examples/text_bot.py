@@ -38,9 +38,12 @@ async def main() -> None:
         async with AvatarSession(url, token, media=False) as session:
             await converse(session, questions)
         return
-    async with StagingServer() as staging, AvatarSession(
-        staging.url, staging.token, media=False, allow_insecure_transport=True
-    ) as session:
+    async with (
+        StagingServer() as staging,
+        AvatarSession(
+            staging.url, staging.token, media=False, allow_insecure_transport=True
+        ) as session,
+    ):
         await converse(session, questions)
 
 
