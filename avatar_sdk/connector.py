@@ -132,6 +132,9 @@ class Deadline:
     def __init__(self, seconds: float) -> None:
         self.expires = time.monotonic() + seconds
 
+    def remaining(self) -> float:
+        return max(0.0, self.expires - time.monotonic())
+
     def clip(self, seconds: float, code: ErrorCode) -> tuple[float, ErrorCode]:
         """The wait to use, and its code on expiry (connect_timeout when the overall deadline)."""
         remaining = self.expires - time.monotonic()
@@ -140,9 +143,10 @@ class Deadline:
         return seconds, code
 
 
-async def _step(
+async def wait_step(
     handshake: Handshake, config: SessionConfig, deadline: Deadline, name: str
 ) -> InboundEvent:
+    """Wait for handshake event ``name`` within its step timeout and the overall deadline."""
     seconds, code = step_timeout(config, name)
     wait, wait_code = deadline.clip(seconds, code)
     return await handshake.wait(name, wait, wait_code)
@@ -163,14 +167,14 @@ async def run_handshake(
 ) -> HandshakeResult:
     """Run steps 1-11 on an open channel. Raises ``AvatarError`` with the step's code."""
     result = HandshakeResult(room_id=room_id)
-    server = await _step(handshake, config, deadline, In.ON_SERVER_CONNECTED)
+    server = await wait_step(handshake, config, deadline, In.ON_SERVER_CONNECTED)
     result.server = server if isinstance(server, ServerConnected) else None
     await advance("socket_open")
 
     await channel.emit(Out.JOIN, build_join(room_id=room_id, token=token, thread_id=thread_id))
     cfg, _ = await asyncio.gather(
-        _step(handshake, config, deadline, In.CLIENT_CONFIGURATION),
-        _step(handshake, config, deadline, In.JOIN_COMPLETE),
+        wait_step(handshake, config, deadline, In.CLIENT_CONFIGURATION),
+        wait_step(handshake, config, deadline, In.JOIN_COMPLETE),
     )
     if isinstance(cfg, ClientConfiguration):
         result.client_configuration = dict(cfg.config)
@@ -179,13 +183,13 @@ async def run_handshake(
     # stvNewSession first, availability in parallel (the reference order, PROTOCOL.md §4.7).
     await channel.emit(Out.STV_NEW_SESSION, build_stv_new_session(room_id))
     await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
-    stv = await _step(handshake, config, deadline, In.STV_NEW_SESSION)
+    stv = await wait_step(handshake, config, deadline, In.STV_NEW_SESSION)
     result.stv = stv if isinstance(stv, StvNewSession) else None
     await advance("stv_ready")
 
-    await _step(handshake, config, deadline, In.SHOW_AGENT)
+    await wait_step(handshake, config, deadline, In.SHOW_AGENT)
     await advance("agent_shown")
-    perms = await _step(handshake, config, deadline, In.ASK_PERMISSIONS)
+    perms = await wait_step(handshake, config, deadline, In.ASK_PERMISSIONS)
     result.permissions = perms if isinstance(perms, AskPermissions) else None
 
     if media and media_steps is not None:

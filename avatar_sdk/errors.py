@@ -46,6 +46,7 @@ class ErrorCode(StrEnum):
     PROTOCOL_VIOLATION = "protocol_violation"
     INSECURE_TRANSPORT = "insecure_transport"
     GAVE_UP = "gave_up"
+    MEDIA_FAILED = "media_failed"
     INVALID_STATE = "invalid_state"
     INVALID_ARGUMENT = "invalid_argument"
     CLOSED = "closed"
@@ -130,6 +131,9 @@ CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
         _F, False, Category.CLIENT, "Plain http/ws needs allow_insecure_transport=True."
     ),
     ErrorCode.GAVE_UP: CodeInfo(_F, False, Category.NETWORK, "Recovery attempts were exhausted."),
+    ErrorCode.MEDIA_FAILED: CodeInfo(
+        _E, True, Category.NETWORK, "A media channel could not be set up."
+    ),
     ErrorCode.INVALID_STATE: CodeInfo(
         _E, False, Category.CLIENT, "That call is not valid in the current state."
     ),

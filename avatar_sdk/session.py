@@ -19,13 +19,25 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from .config import RetryPolicy, SessionConfig
-from .connector import FATAL_EVENTS, HANDSHAKE_EVENTS, Deadline, Handshake, run_handshake
+from .connector import (
+    FATAL_EVENTS,
+    HANDSHAKE_EVENTS,
+    Deadline,
+    Handshake,
+    HandshakeResult,
+    run_handshake,
+    wait_step,
+)
 from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, Category, ErrorCode
 from .events import Callback, Event, EventBus
 from .machine import SessionMachine, decide_connect_failure, decide_disconnect
 from .redact import register_secret
+from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
+from .transport.ice import TurnConfig
+from .transport.media import MediaLanes
+from .transport.stv import FanoutTrack
 from .transport.csr import IO_SERVER_DISCONNECT
 from .urls import check_url
 from .wire import (
@@ -79,6 +91,7 @@ class AvatarSession:
         media: bool = True,
         config: SessionConfig | None = None,
         allow_insecure_transport: bool = False,
+        turn: TurnConfig | None = None,
     ) -> None:
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
@@ -93,7 +106,14 @@ class AvatarSession:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         self._partner_id = partner_id
-        self._audio = audio
+        self._allow_insecure = allow_insecure_transport
+        self._turn = turn
+        self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
+        self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
+        if video:
+            self._outputs["video"] = FanoutTrack("video")
+        self._lanes: MediaLanes | None = None
+        self._subscribed = False
         self._video = bool(video)
         self._media = bool(media)
         self.config = config or SessionConfig()
@@ -145,14 +165,29 @@ class AvatarSession:
         return self._sticky_id
 
     @property
-    def avatar_audio(self) -> Any:
-        """The avatar's received audio track (None until subscribed; media sessions only)."""
-        return None
+    def avatar_audio(self) -> FanoutTrack | None:
+        """The avatar's voice (an aiortc track; None until subscribed). It keeps delivering
+        across reconnects: the session re-feeds it from every new subscription."""
+        return self._outputs["audio"] if self._subscribed else None
 
     @property
-    def avatar_video(self) -> Any:
-        """The avatar's received video track (None until subscribed; media sessions only)."""
-        return None
+    def avatar_video(self) -> FanoutTrack | None:
+        """The avatar's video (an aiortc track; None until subscribed or with video=False)."""
+        return self._outputs.get("video") if self._subscribed else None
+
+    @property
+    def media(self) -> MediaLanes | None:
+        """The current WebRTC lanes (diagnostics and tests)."""
+        return self._lanes
+
+    async def switch_audio(self, track: Any) -> None:
+        """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""
+        self._uplink_track.switch(track)
+
+    def _on_source_error(self, code: ErrorCode, exc: BaseException) -> None:
+        error = AvatarError(code, type(exc).__name__)
+        log.warning("audio source failed (%s); the uplink continues with silence", code)
+        self._emit("error", error.as_event())
 
     def health(self) -> Health:
         """Upstream health: live, idle, connecting, backoff or failed, with reason and category."""
@@ -213,11 +248,6 @@ class AvatarSession:
         """
         if not self._machine.is_in("idle"):
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
-        if self._media:
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT,
-                "WebRTC media is not available in this release yet; pass media=False",
-            )
         self._connect_task = asyncio.current_task()
         started = time.monotonic()
         await self._machine.fire("start")
@@ -250,17 +280,40 @@ class AvatarSession:
         self, deadline: Deadline, advance: Callable[[str], Coroutine[Any, Any, bool]]
     ) -> None:
         channel = await self._open_channel(deadline)
+        handshake = self._require_handshake()
         self._room_id = new_room_id()
+
+        async def media_steps(result: HandshakeResult) -> None:
+            lanes = MediaLanes(
+                config=self.config,
+                uplink_track=self._uplink_track,
+                outputs=self._outputs,
+                video=self._video,
+                allow_private=self._allow_insecure,
+                turn=self._turn,
+            )
+            self._lanes = lanes
+            await lanes.start_asr(
+                emit=channel.emit,
+                wait=lambda name: wait_step(handshake, self.config, deadline, name),
+                socket_id=channel.sid or "",
+            )
+            await advance("asr_ready")
+            await lanes.start_stv(result.stv, deadline.remaining)
+            self._subscribed = self._subscribed or lanes.stv is not None
+            await advance("video_ready")
+
         await run_handshake(
             channel,
-            self._require_handshake(),
+            handshake,
             config=self.config,
             deadline=deadline,
             token=self.__token,
             room_id=self._room_id,
             thread_id=self._view.thread_id,
-            media=False,
+            media=self._media,
             advance=advance,
+            media_steps=media_steps,
         )
         if self._channel is not channel:  # replaced or closed underneath us
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "channel replaced during connect")
@@ -312,6 +365,8 @@ class AvatarSession:
         if isinstance(parsed, SessionError):
             self._on_session_error(parsed)
             return
+        if self._lanes is not None:
+            self._lanes.on_event(parsed)
         for public_name, data in self._view.apply(parsed):
             self._emit(public_name, data)
         if isinstance(parsed, ConversationEnded):
@@ -462,6 +517,7 @@ class AvatarSession:
         self._channel = None
         if old is not None:
             await old.close(self.config.close_timeout / 2)
+        await self._close_media()
         deadline = Deadline(self.config.overall_connect_timeout)
 
         async def stay(_: str) -> bool:
@@ -540,6 +596,7 @@ class AvatarSession:
         if enabled == self._mic_enabled:
             return
         self._mic_enabled = enabled
+        self._uplink_track.muted = not enabled
         if self._channel is not None and self._channel.connected:
             event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
             previous = self._mute_task
@@ -656,10 +713,20 @@ class AvatarSession:
         for task in pending:
             task.cancel()
         channel, self._channel = self._channel, None
-        if channel is not None:
-            await channel.close(self.config.close_timeout)
+        await asyncio.gather(
+            channel.close(self.config.close_timeout) if channel is not None else asyncio.sleep(0),
+            self._close_media(),
+        )
+        for track in self._outputs.values():
+            track.stop()
+        self._uplink_track.stop()
         if pending:
             await asyncio.wait(pending, timeout=self.config.close_timeout)
+
+    async def _close_media(self) -> None:
+        lanes, self._lanes = self._lanes, None
+        if lanes is not None:
+            await lanes.close(self.config.close_timeout / 2)
 
     # -- task ownership ---------------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:

@@ -199,10 +199,3 @@ async def test_context_manager(staging: StagingServer) -> None:
     ) as session:
         assert session.state == "connected"
     assert session.state == "ended"
-
-
-async def test_media_sessions_are_refused_until_media_lands(staging: StagingServer) -> None:
-    session = AvatarSession(staging.url, staging.token, allow_insecure_transport=True)
-    with pytest.raises(AvatarError) as info:
-        await session.connect()
-    assert info.value.code is ErrorCode.INVALID_ARGUMENT

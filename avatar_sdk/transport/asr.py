@@ -1,0 +1,193 @@
+"""AsrUplink: the user's microphone to the server (aiortc, send-only, SDP over the socket).
+
+The peer never sees the application's track directly: it sends an :class:`UplinkTrack` that
+wraps it. Muting, swapping the source (``switch_audio``) and surviving a failing device
+then happen inside that wrapper, with no renegotiation, and the RTP timestamps stay
+continuous whatever the source does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fractions
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import av
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.sdp import candidate_from_sdp
+
+from ..errors import AvatarError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 48_000
+FRAME_SAMPLES = 960  # 20 ms
+_TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
+
+SourceErrorSink = Callable[[ErrorCode, BaseException], None]
+
+
+def classify_source_error(exc: BaseException) -> ErrorCode:
+    """Map an audio device failure to its public code (CONTRACT: audio source failures)."""
+    if isinstance(exc, PermissionError):
+        return ErrorCode.PERMISSION_DENIED
+    if isinstance(exc, FileNotFoundError):
+        return ErrorCode.DEVICE_NOT_FOUND
+    if isinstance(exc, OSError) and exc.errno in (errno.ENODEV, errno.ENOENT):
+        return ErrorCode.DEVICE_NOT_FOUND
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if name == "PortAudioError":
+        if "permission" in text:
+            return ErrorCode.PERMISSION_DENIED
+        if "invalid device" in text or "not found" in text:
+            return ErrorCode.DEVICE_NOT_FOUND
+    return ErrorCode.DEVICE_BUSY
+
+
+def _silence(samples: int = FRAME_SAMPLES, rate: int = SAMPLE_RATE) -> av.AudioFrame:
+    frame = av.AudioFrame(format="s16", layout="mono", samples=samples)
+    for plane in frame.planes:
+        plane.update(bytes(plane.buffer_size))
+    frame.sample_rate = rate
+    return frame
+
+
+class UplinkTrack(MediaStreamTrack):
+    """What the ASR peer sends: the current source, silenced when muted or absent."""
+
+    kind = "audio"
+
+    def __init__(
+        self, source: MediaStreamTrack | None, on_error: SourceErrorSink | None = None
+    ) -> None:
+        super().__init__()
+        self._source = source
+        self._on_error = on_error
+        self.muted = False
+        self._pts = 0
+        self._started: float | None = None
+        self.frames_sent = 0
+        self.source_frames = 0
+
+    @property
+    def source(self) -> MediaStreamTrack | None:
+        return self._source
+
+    def switch(self, source: MediaStreamTrack | None) -> None:
+        """Send from ``source`` from the next frame on (None: silence)."""
+        self._source = source
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        frame: av.AudioFrame | None = None
+        source = self._source
+        if source is not None:
+            try:
+                got = await source.recv()
+                if isinstance(got, av.AudioFrame):
+                    frame = got
+                    self.source_frames += 1
+            except MediaStreamError:
+                self._source = None  # the source ended: carry on with silence
+            except Exception as exc:
+                self._source = None
+                if self._on_error is not None:
+                    self._on_error(classify_source_error(exc), exc)
+        if frame is None:
+            frame = await self._paced_silence()
+        elif self.muted:
+            frame = _silence(frame.samples, frame.sample_rate or SAMPLE_RATE)
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, frame.sample_rate or SAMPLE_RATE)
+        self._pts += frame.samples
+        self.frames_sent += 1
+        return frame
+
+    async def _paced_silence(self) -> av.AudioFrame:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now - self._pts / SAMPLE_RATE
+        due = self._started + self._pts / SAMPLE_RATE
+        if due > now:
+            await asyncio.sleep(due - now)
+        else:
+            self._started = now - self._pts / SAMPLE_RATE  # do not burst after a stall
+        return _silence()
+
+
+class AsrUplink:
+    """One ASR peer connection (send-only audio), negotiated by the caller over the socket."""
+
+    def __init__(self, *, configuration: RTCConfiguration, track: UplinkTrack) -> None:
+        self.track = track
+        self.pc = RTCPeerConnection(configuration)
+        self.pc.addTransceiver(track, direction="sendonly")
+        self._connected = asyncio.Event()
+        self._closed = False
+        self.state_listeners: list[Callable[[str], Any]] = []
+        self.pc.on("connectionstatechange", self._on_state)
+
+    def _on_state(self) -> None:
+        state = self.pc.connectionState
+        if state == "connected":
+            self._connected.set()
+        for listener in list(self.state_listeners):
+            listener(state)
+
+    @property
+    def state(self) -> str:
+        return str(self.pc.connectionState)
+
+    async def create_offer(self) -> str:
+        """Local offer SDP (aiortc gathers its candidates into it)."""
+        offer = await self.pc.createOffer()
+        await self.pc.setLocalDescription(offer)
+        return str(self.pc.localDescription.sdp)
+
+    async def accept_answer(self, sdp: str) -> None:
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+        except (ValueError, AttributeError) as exc:
+            raise AvatarError(
+                ErrorCode.ASR_FAILED, f"bad answer SDP ({type(exc).__name__})"
+            ) from None
+
+    async def add_remote_candidate(
+        self, candidate: str, sdp_mline_index: int | None, sdp_mid: str | None
+    ) -> None:
+        """Trickled server candidate; junk is ignored (the reference swallows errors too)."""
+        text = candidate.strip()
+        if text.startswith("candidate:"):
+            text = text[len("candidate:") :]
+        if not text:
+            return
+        try:
+            ice = candidate_from_sdp(text)
+            ice.sdpMLineIndex = sdp_mline_index if sdp_mline_index is not None else 0
+            ice.sdpMid = sdp_mid
+            await self.pc.addIceCandidate(ice)
+        except Exception as exc:
+            log.debug("ignored remote ASR candidate: %s", type(exc).__name__)
+
+    async def wait_connected(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except TimeoutError:
+            raise AvatarError(
+                ErrorCode.ASR_FAILED, f"uplink not connected within {timeout:.3g}s"
+            ) from None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.pc.close(), 1.0)

@@ -1,0 +1,44 @@
+"""ICE server configuration (PROTOCOL.md §1.4), pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiortc import RTCConfiguration, RTCIceServer
+from aiortc.rtcconfiguration import RTCBundlePolicy, RTCIceTransportPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """A TURN host and credentials (ephemeral RFC 7635 credentials are just a pair too)."""
+
+    host: str
+    username: str
+    credential: str
+
+    def urls(self) -> list[str]:
+        """Every URL with an explicit port and transport: a bare ``turn:host`` yields no
+        relay candidate, and the uplink then silently sends nothing."""
+        host = self.host.strip().rstrip("/")
+        for prefix in ("turns:", "turn:"):
+            if host.startswith(prefix):
+                host = host[len(prefix) :]
+        return [
+            f"turn:{host}:80?transport=udp",
+            f"turn:{host}:443?transport=udp",
+            f"turn:{host}:80?transport=tcp",
+            f"turns:{host}:443?transport=tcp",
+        ]
+
+
+def rtc_configuration(turn: TurnConfig | None, *, relay_only: bool = False) -> RTCConfiguration:
+    """The peer configuration for one channel."""
+    servers = []
+    if turn is not None and turn.host.strip():
+        servers.append(
+            RTCIceServer(turn.urls(), username=turn.username, credential=turn.credential)
+        )
+    policy = RTCIceTransportPolicy.RELAY if relay_only and servers else RTCIceTransportPolicy.ALL
+    return RTCConfiguration(
+        iceServers=servers, iceTransportPolicy=policy, bundlePolicy=RTCBundlePolicy.MAX_BUNDLE
+    )

@@ -1,0 +1,209 @@
+"""StvDownlink: the avatar's video and voice (aiortc, receive-only, WHEP over aiohttp).
+
+A pump task per received track reads every decoded frame (aiortc queues frames without
+bound when nobody reads), records liveness, and fans frames out to :class:`FanoutTrack`
+proxies. The proxies belong to the session, not to one subscription, so an application
+reading ``session.avatar_video`` keeps reading across re-subscribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections import deque
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from ..errors import AvatarError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+#: WHEP statuses and what they mean (PROTOCOL.md §1.3).
+_WHEP_HINTS = {
+    404: "no active STV session (NO_ACTIVE_SESSION)",
+    409: "the stream already has a viewer",
+    415: "wrong content type (must be application/sdp)",
+}
+
+
+def is_private_host(url: str) -> bool:
+    """True for loopback, private and link-local literal hosts (and ``localhost``)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.is_private or addr.is_loopback or addr.is_link_local
+
+
+class FanoutTrack(MediaStreamTrack):
+    """A received track as the application sees it: bounded, drops the oldest frames."""
+
+    def __init__(self, kind: str, max_queue: int = 30) -> None:
+        super().__init__()
+        self.kind = kind
+        self._frames: deque[Any] = deque(maxlen=max_queue)
+        self._waiter: asyncio.Future[None] | None = None
+        self.dropped = 0
+
+    def push(self, frame: Any) -> None:
+        if self.readyState != "live":
+            return
+        if len(self._frames) == self._frames.maxlen:
+            self.dropped += 1
+        self._frames.append(frame)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def recv(self) -> Any:
+        while not self._frames:
+            if self.readyState != "live":
+                raise MediaStreamError
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._frames.popleft()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class StvDownlink:
+    """One WHEP subscription: a receive-only peer, its resource URL, its pumps."""
+
+    def __init__(
+        self,
+        *,
+        http: aiohttp.ClientSession,
+        configuration: RTCConfiguration,
+        allow_private: bool,
+        video: bool,
+        outputs: dict[str, FanoutTrack],
+    ) -> None:
+        self._http = http
+        self._allow_private = allow_private
+        self._video = video
+        self._outputs = outputs
+        self.pc = RTCPeerConnection(configuration)
+        if video:
+            self.pc.addTransceiver("video", direction="recvonly")
+        self.pc.addTransceiver("audio", direction="recvonly")
+        self.pc.on("track", self._on_track)
+        self.location: str | None = None
+        self._deleted = False
+        self._pumps: set[asyncio.Task[None]] = set()
+        self.frames: dict[str, int] = {"audio": 0, "video": 0}
+        self.first_frame_at: dict[str, float] = {}
+        self.last_frame_at: float | None = None
+        self._first = {"audio": asyncio.Event(), "video": asyncio.Event()}
+        self.subscribed_at: float | None = None
+
+    @property
+    def state(self) -> str:
+        return str(self.pc.connectionState)
+
+    def _check_host(self, url: str, what: str) -> None:
+        if not self._allow_private and is_private_host(url):
+            raise AvatarError(
+                ErrorCode.INSECURE_TRANSPORT,
+                f"{what} points at a private host; pass allow_insecure_transport=True for a local backend",
+            )
+
+    async def subscribe(self, url: str, timeout: float) -> None:
+        """WHEP: POST our offer, apply the 201 answer. Raises ``AvatarError`` on failure."""
+        self._check_host(url, "WHEP URL")
+        offer = await self.pc.createOffer()
+        await self.pc.setLocalDescription(offer)
+        sdp = self.pc.localDescription.sdp
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._http.post(
+                    url, data=sdp.encode(), headers={"Content-Type": "application/sdp"}
+                ) as resp:
+                    body = await resp.text()
+                    status = resp.status
+                    location = resp.headers.get("Location")
+        except TimeoutError:
+            raise AvatarError(
+                ErrorCode.CONNECT_TIMEOUT, f"WHEP POST unanswered in {timeout:.3g}s"
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise AvatarError(
+                ErrorCode.MEDIA_FAILED, f"WHEP POST failed ({type(exc).__name__})"
+            ) from None
+        if status == 404:
+            raise AvatarError(ErrorCode.SESSION_GONE, "WHEP 404: " + _WHEP_HINTS[404])
+        if not 200 <= status < 300:
+            hint = _WHEP_HINTS.get(status, f"WHEP HTTP {status}")
+            raise AvatarError(ErrorCode.MEDIA_FAILED, f"WHEP {status}: {hint}")
+        if location:
+            resolved = urljoin(url, location)
+            self._check_host(resolved, "WHEP Location")
+            self.location = resolved
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body, type="answer"))
+        except (ValueError, AttributeError) as exc:
+            raise AvatarError(
+                ErrorCode.MEDIA_FAILED, f"bad WHEP answer ({type(exc).__name__})"
+            ) from None
+        self.subscribed_at = time.monotonic()
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        task = asyncio.ensure_future(self._pump(track))
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+
+    async def _pump(self, track: MediaStreamTrack) -> None:
+        kind = track.kind
+        out = self._outputs.get(kind)
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            now = time.monotonic()
+            self.frames[kind] = self.frames.get(kind, 0) + 1
+            self.last_frame_at = now
+            if kind not in self.first_frame_at:
+                self.first_frame_at[kind] = now
+                self._first[kind].set()
+            if out is not None:
+                out.push(frame)
+
+    async def wait_first_frame(self, kind: str, timeout: float) -> bool:
+        """True once a frame of ``kind`` was decoded, False after ``timeout``."""
+        try:
+            await asyncio.wait_for(self._first[kind].wait(), max(timeout, 0.0))
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self, timeout: float = 1.0) -> None:
+        """DELETE the WHEP resource (exactly once), close the peer, stop the pumps."""
+        if self.location is not None and not self._deleted:
+            self._deleted = True
+            try:
+                async with asyncio.timeout(timeout):
+                    async with self._http.delete(self.location) as resp:
+                        if resp.status >= 300:
+                            log.info("WHEP DELETE answered %s", resp.status)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                log.info("WHEP DELETE failed: %s", type(exc).__name__)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.pc.close(), timeout)
+        for task in list(self._pumps):
+            task.cancel()
+        if self._pumps:
+            await asyncio.wait(set(self._pumps), timeout=timeout)
