@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fractions
 import logging
 import time
@@ -23,6 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
 from ..errors import AvatarError, ErrorCode
+from ..media.devices import classify_device_error
 
 log = logging.getLogger(__name__)
 
@@ -34,21 +34,12 @@ SourceErrorSink = Callable[[ErrorCode, BaseException], None]
 
 
 def classify_source_error(exc: BaseException) -> ErrorCode:
-    """Map an audio device failure to its public code (CONTRACT: audio source failures)."""
-    if isinstance(exc, PermissionError):
-        return ErrorCode.PERMISSION_DENIED
-    if isinstance(exc, FileNotFoundError):
-        return ErrorCode.DEVICE_NOT_FOUND
-    if isinstance(exc, OSError) and exc.errno in (errno.ENODEV, errno.ENOENT):
-        return ErrorCode.DEVICE_NOT_FOUND
-    name = type(exc).__name__
-    text = str(exc).lower()
-    if name == "PortAudioError":
-        if "permission" in text:
-            return ErrorCode.PERMISSION_DENIED
-        if "invalid device" in text or "not found" in text:
-            return ErrorCode.DEVICE_NOT_FOUND
-    return ErrorCode.DEVICE_BUSY
+    """Map an audio device failure to its public code (CONTRACT: audio source failures).
+
+    Anything the device table does not recognise counts as a busy device: the source is
+    unusable now, and ``switch_audio()`` can attach another one.
+    """
+    return classify_device_error(exc) or ErrorCode.DEVICE_BUSY
 
 
 def _silence(samples: int = FRAME_SAMPLES, rate: int = SAMPLE_RATE) -> av.AudioFrame:

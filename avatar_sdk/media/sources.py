@@ -1,0 +1,472 @@
+"""Audio sources for the ASR uplink (``AvatarSession(audio=...)``, ``switch_audio()``).
+
+Every source here is an aiortc :class:`~aiortc.mediastreams.MediaStreamTrack` yielding
+48 kHz mono s16 frames of 20 ms (960 samples) with ``pts`` counted in samples and
+``time_base`` 1/48000, which is what Opus encodes natively: the uplink neither resamples
+nor re-chunks, and a bot can swap one source for another without a timestamp jump.
+
+Synthetic sources pace themselves on a monotonic clock like aiortc's ``AudioStreamTrack``;
+file and microphone sources are paced by the file's timestamps and the device's clock.
+Device failures surface from ``recv()`` as the exceptions of :mod:`.devices`, which the
+session turns into an ``error`` event while it keeps running (CONTRACT: audio source
+failures). ``stop()`` releases whatever a source holds (thread, file, device).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import importlib
+import math
+import os
+import time
+from array import array
+from collections import deque
+from types import ModuleType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import av
+import av.error
+from aiortc.contrib.media import MediaPlayer
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from ..errors import AvatarError, ErrorCode
+from .devices import classify_device_error, describe, device_error
+
+__all__ = [
+    "FRAME_SAMPLES",
+    "FRAME_SECONDS",
+    "SAMPLE_RATE",
+    "TIME_BASE",
+    "FailingSource",
+    "MicrophoneSource",
+    "SilenceSource",
+    "ToneSource",
+    "file_source",
+]
+
+SAMPLE_RATE: Final = 48_000
+FRAME_SAMPLES: Final = 960
+FRAME_SECONDS: Final = FRAME_SAMPLES / SAMPLE_RATE
+TIME_BASE: Final = fractions.Fraction(1, SAMPLE_RATE)
+
+#: A consumer this far behind the schedule re-anchors instead of receiving a burst of
+#: catch-up frames (a paused uplink must not flood the server with stale audio).
+_MAX_LAG: Final = 0.2
+
+
+def _s16_mono(payload: bytes, pts: int, rate: int = SAMPLE_RATE) -> av.AudioFrame:
+    frame = av.AudioFrame(format="s16", layout="mono", samples=len(payload) // 2)
+    frame.planes[0].update(payload)
+    frame.sample_rate = rate
+    frame.pts = pts
+    frame.time_base = fractions.Fraction(1, rate)
+    return frame
+
+
+class _PacedSource(MediaStreamTrack):
+    """Base of the synthetic sources: one 20 ms frame per 20 ms of monotonic time."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pts = 0
+        self._anchor: float | None = None  # monotonic time of pts 0
+        self.frames = 0
+
+    async def _next_pts(self) -> int:
+        """Wait until the next frame is due; its pts (raises MediaStreamError once stopped)."""
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._anchor is None:
+            self._anchor = now
+        else:
+            pts = self._pts + FRAME_SAMPLES  # committed only once due (a cancel skips nothing)
+            due = self._anchor + pts / SAMPLE_RATE
+            if due > now:
+                await asyncio.sleep(due - now)
+                if self.readyState != "live":
+                    raise MediaStreamError
+            elif now - due > _MAX_LAG:
+                self._anchor = now - pts / SAMPLE_RATE
+            self._pts = pts
+        self.frames += 1
+        return self._pts
+
+
+_SILENCE: Final = bytes(FRAME_SAMPLES * 2)
+
+
+class SilenceSource(_PacedSource):
+    """Digital silence: keeps an uplink alive (and its RTP clock running) with no input."""
+
+    async def recv(self) -> av.AudioFrame:
+        return _s16_mono(_SILENCE, await self._next_pts())
+
+
+class ToneSource(_PacedSource):
+    """A continuous sine tone: audible, deterministic input for tests and demos.
+
+    ``amplitude`` is a fraction of full scale (0..1); the RMS of the signal is
+    ``amplitude / sqrt(2)``. The phase is continuous across frames.
+    """
+
+    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+        if not (math.isfinite(frequency) and 0 < frequency < SAMPLE_RATE / 2):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"frequency must be in (0, {SAMPLE_RATE // 2}) Hz"
+            )
+        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= 1.0):
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "amplitude must be in [0, 1]")
+        super().__init__()
+        self.frequency = float(frequency)
+        self.amplitude = float(amplitude)
+        self._phase = 0.0
+        self._step = 2 * math.pi * self.frequency / SAMPLE_RATE
+        self._scale = self.amplitude * 32767
+
+    def _payload(self) -> bytes:
+        phase, step, scale = self._phase, self._step, self._scale
+        samples = array(
+            "h", (round(scale * math.sin(phase + i * step)) for i in range(FRAME_SAMPLES))
+        )
+        self._phase = (phase + FRAME_SAMPLES * step) % (2 * math.pi)
+        return samples.tobytes()
+
+    async def recv(self) -> av.AudioFrame:
+        pts = await self._next_pts()
+        return _s16_mono(self._payload(), pts)
+
+
+class FailingSource(_PacedSource):
+    """A source whose ``recv()`` raises ``exc``: proves the session survives a dead device.
+
+    ``after_frames`` frames of silence come first, to fail mid-stream rather than at once.
+    Every later ``recv()`` raises again until the track is stopped.
+    """
+
+    def __init__(self, exc: BaseException, *, after_frames: int = 0) -> None:
+        super().__init__()
+        self.exc = exc
+        self.after_frames = after_frames
+        self.failures = 0
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self.frames < self.after_frames:
+            return _s16_mono(_SILENCE, await self._next_pts())
+        self.failures += 1
+        raise self.exc.with_traceback(None)
+
+
+class _Normalizer:
+    """Re-chunk any audio into 48 kHz mono s16 20 ms frames with a continuous pts."""
+
+    def __init__(self) -> None:
+        self._resampler = av.AudioResampler(
+            format="s16", layout="mono", rate=SAMPLE_RATE, frame_size=FRAME_SAMPLES
+        )
+        self._ready: deque[av.AudioFrame] = deque()
+        self._pts = 0
+
+    def push(self, frame: av.AudioFrame) -> None:
+        self._ready.extend(self._resampler.resample(frame))
+
+    def pop(self) -> av.AudioFrame | None:
+        if not self._ready:
+            return None
+        frame = self._ready.popleft()
+        frame.pts = self._pts
+        frame.time_base = TIME_BASE
+        self._pts += frame.samples
+        return frame
+
+
+# --------------------------------------------------------------------------- files
+
+
+class _FileAudioTrack(MediaStreamTrack):
+    """A MediaPlayer's audio, normalized; owns the player and closes it on ``stop()``."""
+
+    kind = "audio"
+
+    def __init__(self, player: MediaPlayer, inner: MediaStreamTrack) -> None:
+        super().__init__()
+        self._player: MediaPlayer | None = player
+        self._inner = inner
+        self._normalizer = _Normalizer()
+
+    async def recv(self) -> av.AudioFrame:
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            frame = self._normalizer.pop()
+            if frame is not None:
+                return frame
+            try:
+                got = await self._inner.recv()
+            except MediaStreamError:
+                self.stop()  # end of file: release the player now
+                raise
+            if isinstance(got, av.AudioFrame):
+                self._normalizer.push(got)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._player is not None:
+            self._player = None
+            self._inner.stop()  # joins the decoder thread, closes the container
+
+
+def _display(path_or_url: str) -> str:
+    """The source as it may appear in an error: no query string or credentials."""
+    parts = urlsplit(path_or_url)
+    if parts.scheme and parts.netloc:
+        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+    return path_or_url
+
+
+def _open_error(exc: BaseException, shown: str) -> AvatarError:
+    if isinstance(exc, av.error.HTTPUnauthorizedError | av.error.HTTPForbiddenError):
+        return device_error(ErrorCode.PERMISSION_DENIED, f"{shown}: {describe(exc)}")
+    if isinstance(exc, av.error.HTTPNotFoundError):
+        return device_error(ErrorCode.DEVICE_NOT_FOUND, f"{shown}: {describe(exc)}")
+    code = classify_device_error(exc)
+    if code is not None:
+        return device_error(code, f"{shown}: {describe(exc)}")
+    if isinstance(exc, ValueError):  # av.error.InvalidDataError and friends
+        return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown}: not a playable media file")
+    return device_error(ErrorCode.DEVICE_NOT_FOUND, f"{shown}: {describe(exc)}")
+
+
+def _drop_video(player: MediaPlayer) -> None:
+    """Keep the player from decoding video nobody reads (it would queue without bound).
+
+    MediaPlayer has no stream selection, so this edits its private stream list; aiortc is
+    pinned exactly and ``test_file_source_ignores_video`` guards the attribute names.
+    """
+    if player.video is None:
+        return
+    streams = getattr(player, "_MediaPlayer__streams", None)
+    if not isinstance(streams, list) or not hasattr(player, "_MediaPlayer__video"):
+        raise RuntimeError("aiortc MediaPlayer internals changed: cannot drop video")
+    streams[:] = [s for s in streams if s.type != "video"]
+    player._MediaPlayer__video = None
+
+
+def file_source(
+    path_or_url: str | os.PathLike[str], *, loop: bool = False, timeout: int = 10
+) -> MediaStreamTrack:
+    """Play the audio of a media file or URL as an uplink source (any format FFmpeg reads).
+
+    The audio is decoded on aiortc's player thread, paced in real time and normalized to
+    48 kHz mono 20 ms frames; video in the file is ignored. ``loop=True`` restarts at the
+    end (seekable files only); otherwise the track ends (``MediaStreamError``) at the end
+    of the file and releases it. ``stop()`` releases it early.
+
+    Raises ``AvatarError``: ``device_not_found`` for a missing file (or URL),
+    ``permission_denied`` when it may not be read, ``invalid_argument`` for a file with no
+    audio or that FFmpeg cannot parse.
+    """
+    target = os.fspath(path_or_url)
+    shown = _display(target)
+    if "://" not in target:
+        if not os.path.exists(target):
+            raise device_error(ErrorCode.DEVICE_NOT_FOUND, f"no such file: {shown}")
+        if os.path.isdir(target):
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown} is a directory")
+    try:
+        player = MediaPlayer(target, loop=loop, timeout=timeout)
+    except AssertionError:  # MediaPlayer asserts seekability for loop=True
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"{shown}: loop=True needs a seekable file"
+        ) from None
+    except Exception as exc:
+        raise _open_error(exc, shown) from exc
+    audio = player.audio
+    if audio is None:
+        if player.video is not None:
+            player.video.stop()  # closes the container
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown} has no audio stream")
+    _drop_video(player)
+    return _FileAudioTrack(player, audio)
+
+
+# --------------------------------------------------------------------------- microphone
+
+
+def _import_sounddevice() -> ModuleType:
+    try:
+        return importlib.import_module("sounddevice")
+    except ImportError:
+        raise device_error(
+            ErrorCode.DEVICE_NOT_FOUND,
+            "microphone support is not installed: install avatar-sdk[mic]",
+        ) from None
+    except OSError as exc:  # sounddevice raises OSError when libportaudio is missing
+        raise device_error(
+            ErrorCode.DEVICE_NOT_FOUND, f"PortAudio is not available ({describe(exc)})"
+        ) from exc
+
+
+class MicrophoneSource(MediaStreamTrack):
+    """A local input device through sounddevice/PortAudio (``pip install avatar-sdk[mic]``).
+
+    ``device`` is a sounddevice device index or name substring (None: the default input);
+    ``samplerate`` is the rate the device is opened at (48000 avoids resampling); frames
+    are always 48 kHz mono 20 ms. The device opens on the first ``recv()`` so a failure
+    reaches the session as a source failure, not a constructor error. Captured blocks wait
+    in a queue of ``max_queue`` blocks; when the consumer lags, the oldest are dropped
+    (``dropped``) to keep latency bounded. No audio for ``stall_timeout`` seconds (None
+    disables) counts as a dead device.
+
+    ``recv()`` raises :class:`~.devices.DevicePermissionError`,
+    :class:`~.devices.DeviceNotFoundError` or :class:`~.devices.DeviceBusyError` (all
+    ``AvatarError``) when the device cannot be opened or fails; the device is released
+    and the track ends.
+    """
+
+    kind = "audio"
+
+    def __init__(
+        self,
+        device: int | str | None = None,
+        samplerate: int = SAMPLE_RATE,
+        *,
+        max_queue: int = 25,
+        stall_timeout: float | None = 2.0,
+    ) -> None:
+        if samplerate <= 0 or max_queue < 1:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, "samplerate and max_queue must be positive"
+            )
+        self._sd = _import_sounddevice()
+        super().__init__()
+        self.device = device
+        self.samplerate = int(samplerate)
+        self.stall_timeout = stall_timeout
+        self._stream: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._blocks: deque[bytes] = deque(maxlen=max_queue)
+        self._wakeup = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._stopping = False
+        self._in_pts = 0
+        self._normalizer = _Normalizer()
+        self.dropped = 0
+        self.overflows = 0
+
+    async def recv(self) -> av.AudioFrame:
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            frame = self._normalizer.pop()
+            if frame is not None:
+                return frame
+            if self._stream is None:
+                self._open()
+            block = await self._next_block()
+            samples = len(block) // 2
+            self._normalizer.push(_s16_mono(block, self._in_pts, self.samplerate))
+            self._in_pts += samples
+
+    def _open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        stream: Any = None
+        try:
+            stream = self._sd.RawInputStream(
+                samplerate=self.samplerate,
+                blocksize=max(1, round(self.samplerate * FRAME_SECONDS)),
+                device=self.device,
+                channels=1,
+                dtype="int16",
+                callback=self._on_audio,
+                finished_callback=self._on_finished,
+            )
+            stream.start()
+        except Exception as exc:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close(ignore_errors=True)
+            raise self._fail(self._map(exc, opening=True)) from exc
+        self._stream = stream
+
+    @staticmethod
+    def _map(exc: BaseException, *, opening: bool) -> AvatarError:
+        code = classify_device_error(exc)
+        if code is None:
+            # sounddevice raises ValueError for a device name that matches nothing.
+            not_found = opening and isinstance(exc, ValueError)
+            code = ErrorCode.DEVICE_NOT_FOUND if not_found else ErrorCode.DEVICE_BUSY
+        return device_error(code, describe(exc))
+
+    def _fail(self, error: AvatarError) -> AvatarError:
+        """Release the device and end the track; the error to raise from ``recv()``."""
+        self.stop()
+        return error
+
+    async def _next_block(self) -> bytes:
+        while not self._blocks:
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise self._fail(self._map(failure, opening=False)) from failure
+            if self.readyState != "live":
+                raise MediaStreamError
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), self.stall_timeout)
+            except TimeoutError:
+                raise self._fail(
+                    device_error(
+                        ErrorCode.DEVICE_BUSY, f"no audio from the device for {self.stall_timeout}s"
+                    )
+                ) from None
+        return self._blocks.popleft()
+
+    # PortAudio thread -------------------------------------------------------------
+
+    def _on_audio(self, indata: Any, frames: int, time_info: Any, status: Any) -> None:
+        if status:
+            self.overflows += 1
+        self._to_loop(self._push_block, bytes(indata))
+
+    def _on_finished(self) -> None:
+        if not self._stopping:
+            self._to_loop(self._device_lost)
+
+    def _to_loop(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+            loop.call_soon_threadsafe(fn, *args)
+
+    # event loop --------------------------------------------------------------------
+
+    def _push_block(self, block: bytes) -> None:
+        if self.readyState != "live":
+            return
+        if len(self._blocks) == self._blocks.maxlen:
+            self.dropped += 1
+        self._blocks.append(block)
+        self._wakeup.set()
+
+    def _device_lost(self) -> None:
+        if self.readyState == "live" and self._failure is None:
+            self._failure = FileNotFoundError("the input device stopped delivering audio")
+            self._wakeup.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close(ignore_errors=True)
+        self._blocks.clear()
+        super().stop()
+        self._wakeup.set()
