@@ -17,6 +17,7 @@ from .config import SessionConfig
 from .errors import AvatarError
 from .events import Event
 from .machine import mermaid
+from .media import ToneSource
 from .session import AvatarSession
 from .testing import StagingServer
 
@@ -34,15 +35,16 @@ def _timeline(start: float) -> Any:
     return show
 
 
-async def demo() -> int:
-    """Embedded staging backend + a control-plane session that survives injected faults."""
+async def demo(media: bool = True) -> int:
+    """Embedded staging backend + a live session (audio+video by default) through faults."""
     async with StagingServer() as staging:
         print(f"staging backend on {staging.url}\n")
         session = AvatarSession(
             staging.url,
             staging.token,
             genie_url=staging.genie_url,
-            media=False,
+            audio=ToneSource(frequency=300.0) if media else None,
+            media=media,
             allow_insecure_transport=True,
             config=SessionConfig(reconnect_window=5.0),
         )
@@ -72,6 +74,10 @@ async def demo() -> int:
                 await session.speak(question)
                 await session.wait_for("agent_turn_ended", 5)
                 print(f"  avatar: {''.join(spoken).strip()}\n")
+            uplink = 0
+            if media:
+                await asyncio.sleep(1.0)  # let a second of media flow on the rebuilt session
+                uplink = staging.media.asr_stats(staging.live_sids[0]).frames
         except AvatarError as error:
             print(f"demo failed: {error}", file=sys.stderr)
             return 1
@@ -79,6 +85,14 @@ async def demo() -> int:
             await session.close()
         stats = session.stats()
         joins = len(staging.received_events("join"))
+        if media:
+            video, audio = session._outputs.get("video"), session._outputs["audio"]
+            print(
+                f"\nmedia: avatar video frames received={video.received if video else 0}, "
+                f"avatar audio frames received={audio.received}, "
+                f"WHEP subscribes={staging.media.whep_posts} deletes={staging.media.whep_deletes}"
+                + f", uplink audio frames at the backend (last server session)={uplink}"
+            )
         recovery_ms = {
             tier: [round(1000 * d, 1) for d in durations]
             for tier, durations in stats["recovery_durations"].items()
@@ -128,7 +142,10 @@ async def serve(host: str, port: int, token: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="avatar-sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="embedded staging backend + a live session surviving faults")
+    demo_p = sub.add_parser(
+        "demo", help="embedded staging backend + a live session surviving faults"
+    )
+    demo_p.add_argument("--no-media", action="store_true", help="control plane only (text)")
     sub.add_parser("diagram", help="print the session state machine as Mermaid")
     staging = sub.add_parser("staging", help="the staging backend")
     staging_sub = staging.add_subparsers(dest="staging_command", required=True)
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(mermaid(), end="")
         return 0
     if args.command == "demo":
-        return asyncio.run(demo())
+        return asyncio.run(demo(media=not args.no_media))
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(serve(args.host, args.port, args.token))
     return 0

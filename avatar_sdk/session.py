@@ -35,10 +35,10 @@ from .machine import SessionMachine, decide_connect_failure, decide_disconnect
 from .redact import register_secret
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
+from .transport.csr import IO_SERVER_DISCONNECT
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
-from .transport.csr import IO_SERVER_DISCONNECT
 from .urls import check_url
 from .wire import (
     ConversationEnded,

@@ -2,6 +2,17 @@
 
 from .brain import Brain
 from .faults import Faults
+from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
 from .server import Conversation, ReceivedEvent, StagingServer
 
-__all__ = ["Brain", "Conversation", "Faults", "ReceivedEvent", "StagingServer"]
+__all__ = [
+    "AsrPeer",
+    "AsrStats",
+    "Brain",
+    "Conversation",
+    "Faults",
+    "ReceivedEvent",
+    "StagingMedia",
+    "StagingServer",
+    "WhepViewer",
+]

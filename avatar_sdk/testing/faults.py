@@ -18,7 +18,8 @@ _MALFORMED: dict[str, Any] = {
 
 
 class Faults:
-    """Control-plane faults. Names follow CONTRACT.md; extra keyword options are additive."""
+    """Control-plane and media faults. Names follow CONTRACT.md; extra keyword options are
+    additive."""
 
     def __init__(self, server: StagingServer) -> None:
         self._server = server
@@ -95,6 +96,44 @@ class Faults:
         for conv in list(self._server.conversations.values()):
             await conv.emit(event_name, bad)
 
+    # -- media (real aiortc peers, see .media) ----------------------------------------------
+    async def ice_failure(self, channel: str, mode: str = "close") -> int:
+        """ICE fails on every open server peer of ``channel`` ("asr" | "stv"); returns how many.
+
+        ``mode="close"`` (default): the server side dies at once (DTLS close alert, ICE
+        torn down); an aiortc client's peer goes ``closed`` immediately. ``mode="blackhole"``:
+        the path silently drops everything (consent checks included) while the server peer
+        stays up, so the client only notices missing media/RTCP, and an ASR ICE restart
+        (new ufrag, same DTLS) is accepted on the same server peer.
+        """
+        self.injected.append(f"ice_failure:{channel}")
+        return await self._server.media.ice_failure(channel, mode=mode)
+
+    async def media_stall(self, channel: str, seconds: float | None = None) -> None:
+        """RTP stops on ``channel`` while ICE stays up, for ``seconds`` (None: until cleared).
+
+        "stv": the avatar's tracks stop producing frames (RTCP goes on). "asr": the server
+        drops SRTP/SRTCP both ways (no audio received, no RTCP receiver reports sent).
+        """
+        self.injected.append(f"media_stall:{channel}")
+        self._server.media.media_stall(channel, seconds)
+
+    def whep_404(self, times: int = 1) -> None:
+        """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
+        self.injected.append("whep_404")
+        self._server.media.whep_404(times)
+
+    def stuck_ice(self, channel: str, mode: str = "no_answer") -> None:
+        """ICE never gets going on new ``channel`` peers, until cleared.
+
+        ``no_answer``: asr: ``asr-webrtc-answer`` is never sent; stv: the WHEP POST is held
+        until the client gives up (at most 60 s, then 504). ``no_candidates``: the answer
+        carries no ``a=candidate`` (nor end-of-candidates) line and the server peer ignores
+        the client's checks, so the client stays in ``checking``.
+        """
+        self.injected.append(f"stuck_ice:{channel}:{mode}")
+        self._server.media.stuck_ice(channel, mode)
+
     def latency(self, seconds: float) -> None:
         """Added before every server emit."""
         self.added_latency = max(0.0, seconds)
@@ -106,3 +145,4 @@ class Faults:
         self.tier_exceeded_pending = False
         self.added_latency = 0.0
         self._server.sio.recovery_enabled = True
+        self._server.media.clear_faults()

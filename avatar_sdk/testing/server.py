@@ -5,6 +5,9 @@ connection-state recovery, see :mod:`.csr_server`) and the "genie" HTTP API
 (``/genie/thread/session_completed``). It answers the connect sequence of PROTOCOL.md §2
 exactly like the real conversation manager, including its quirks: a ``join`` without
 ``kaltura.ks`` is accepted and never answered.
+
+``staging.media`` (:mod:`.media`) is the media side: real aiortc peers for the ASR uplink
+(signalled over the socket) and the WHEP downlink (``/rtc/v1/whep/``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..wire.names import In, Out
 from .brain import Brain
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
+from .media import StagingMedia
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,11 @@ class Conversation:
                 if event == In.STV_STARTED_TALKING:
                     self.speaking = True
                 elif event == In.STV_FINISHED_TALKING:
+                    # The avatar talks for as long as its captions last (scaled for tests).
+                    spoken = sum(
+                        p.get("durationMs", 0) for e, p in events if e == In.STV_SPEECH_CHUNK
+                    )
+                    await asyncio.sleep(spoken / 1000.0 * self.server.speech_time_scale)
                     self.speaking = False
                 await self.emit(event, payload)
                 await asyncio.sleep(self.server.event_spacing)
@@ -133,11 +142,18 @@ class StagingServer:
         token: str | None = None,
         recovery_window: float = 20.0,
         event_spacing: float = 0.002,
+        speech_time_scale: float = 0.25,
+        audio_only: bool = False,
     ) -> None:
+        """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
+        (PROTOCOL.md §1.5) and only the ASR uplink exists."""
         self.host = host
         self.port = port
         self.token = token or "stg-" + secrets.token_urlsafe(24)
         self.event_spacing = event_spacing
+        #: Fraction of the captions' real duration the avatar "talks" for (1.0 = real time).
+        self.speech_time_scale = speech_time_scale
+        self.audio_only = audio_only
         self.sio = RecoveringAsyncServer(
             recovery_window=recovery_window,
             cors_allowed_origins=[],
@@ -146,6 +162,7 @@ class StagingServer:
         )
         self.brain = Brain()
         self.faults = Faults(self)
+        self.media = StagingMedia(self)
         self.conversations: dict[str, Conversation] = {}
         self.received: list[ReceivedEvent] = []
         self.emitted: Counter[str] = Counter()
@@ -167,6 +184,7 @@ class StagingServer:
         self.sio.attach(app, socketio_path="socket.io")
         app.router.add_post("/genie/thread/session_completed", self._session_completed)
         app.router.add_get("/healthz", self._healthz)
+        self.media.add_routes(app)
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -184,6 +202,7 @@ class StagingServer:
         tasks = [c.turn_task for c in self.conversations.values() if c.turn_task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.media.stop()
         self.sio.close_all_sessions()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.sio.shutdown(), 1.0)
@@ -247,6 +266,7 @@ class StagingServer:
         conv = self.conversations.pop(sid, None)
         if conv is not None:
             conv.close()
+            await self.media.close_conversation(sid)
 
     async def _on_recovered(self, sid: str, replayed: int) -> None:
         self.recovered_sids.append(sid)
@@ -255,6 +275,7 @@ class StagingServer:
         conv = self.conversations.pop(sid, None)
         if conv is not None:
             conv.close()
+            await self.media.close_conversation(sid)
 
     async def _on_any(self, event: str, sid: str, *args: Any) -> None:
         payload = args[0] if args else None
@@ -277,6 +298,7 @@ class StagingServer:
             Out.UNMUTE_USER: self._unmute,
             Out.PAUSE_CONVERSATION: self._pause,
             Out.RESUME_CONVERSATION: self._resume,
+            **self.media.handlers(),
         }
 
     async def _join(self, conv: Conversation, data: dict[str, Any]) -> None:
@@ -318,12 +340,19 @@ class StagingServer:
     async def _stv_new_session(self, conv: Conversation, data: dict[str, Any]) -> None:
         if not conv.joined:
             return
-        await conv.emit(In.STV_NEW_SESSION, self.stv_session_payload(conv))
+        payload = self.stv_session_payload(conv)
+        session_id = payload.get("session_id")
+        if isinstance(session_id, str) and session_id:
+            self.media.register_stream(conv, session_id)
+        await conv.emit(In.STV_NEW_SESSION, payload)
         await conv.emit(In.SHOW_AGENT, {})
         await conv.emit(In.ASK_PERMISSIONS, {"constraints": {"audio": True, "video": False}})
 
     def stv_session_payload(self, conv: Conversation) -> dict[str, Any]:
-        """What ``stvNewSession`` answers (the media side overrides this with a WHEP URL)."""
+        """What ``stvNewSession`` answers: a WHEP URL served by ``self.media``, or the
+        audio/phone-mode status (no session id, no URL) when ``audio_only``."""
+        if self.audio_only:
+            return {"status": "audio/phone mode - no STV session"}
         session_id = f"stv-{conv.sid[:8]}"
         return {
             "session_id": session_id,

@@ -78,6 +78,10 @@ class UplinkTrack(MediaStreamTrack):
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
+        return await self.produce()
+
+    async def produce(self) -> av.AudioFrame:
+        """The next frame to send (whoever asks: each peer reads through its own relay)."""
         frame: av.AudioFrame | None = None
         source = self._source
         if source is not None:
@@ -114,13 +118,33 @@ class UplinkTrack(MediaStreamTrack):
         return _silence()
 
 
+class _PeerTrack(MediaStreamTrack):
+    """One peer's view of the uplink track.
+
+    aiortc stops the track of every sender when its peer closes; giving each peer its own
+    relay keeps the session's :class:`UplinkTrack` (source, mute, timestamps) alive across
+    the peers that cold reconnects and renegotiations build.
+    """
+
+    kind = "audio"
+
+    def __init__(self, uplink: UplinkTrack) -> None:
+        super().__init__()
+        self._uplink = uplink
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live" or self._uplink.readyState != "live":
+            raise MediaStreamError
+        return await self._uplink.produce()
+
+
 class AsrUplink:
     """One ASR peer connection (send-only audio), negotiated by the caller over the socket."""
 
     def __init__(self, *, configuration: RTCConfiguration, track: UplinkTrack) -> None:
         self.track = track
         self.pc = RTCPeerConnection(configuration)
-        self.pc.addTransceiver(track, direction="sendonly")
+        self.pc.addTransceiver(_PeerTrack(track), direction="sendonly")
         self._connected = asyncio.Event()
         self._closed = False
         self.state_listeners: list[Callable[[str], Any]] = []

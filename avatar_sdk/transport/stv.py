@@ -56,10 +56,12 @@ class FanoutTrack(MediaStreamTrack):
         self._frames: deque[Any] = deque(maxlen=max_queue)
         self._waiter: asyncio.Future[None] | None = None
         self.dropped = 0
+        self.received = 0
 
     def push(self, frame: Any) -> None:
         if self.readyState != "live":
             return
+        self.received += 1
         if len(self._frames) == self._frames.maxlen:
             self.dropped += 1
         self._frames.append(frame)
@@ -118,7 +120,8 @@ class StvDownlink:
         if not self._allow_private and is_private_host(url):
             raise AvatarError(
                 ErrorCode.INSECURE_TRANSPORT,
-                f"{what} points at a private host; pass allow_insecure_transport=True for a local backend",
+                f"{what} points at a private host"
+                " (pass allow_insecure_transport=True for a local backend)",
             )
 
     async def subscribe(self, url: str, timeout: float) -> None:

@@ -1,0 +1,251 @@
+"""Synthetic media for the staging backend: the avatar's "face" and "voice".
+
+Pure PyAV, no numpy (it is not a dependency of the SDK):
+
+* :class:`PatternTrack`: a moving grey-scale pattern whose top band encodes the frame
+  counter in 32 black/white blocks (8-bit marker + 24-bit counter), readable after a lossy
+  H264/VP8 round trip with :func:`read_frame_counter`;
+* :class:`ToneTrack`: 48 kHz mono 20 ms frames, a sine while ``active()`` says so (the
+  avatar is speaking), digital silence otherwise;
+* :class:`MediaGate`: stalls every track that shares it. A stalled ``recv()`` blocks, so
+  aiortc sends no RTP while ICE, DTLS and RTCP stay up: exactly a "media stall".
+
+Both tracks pace themselves on the wall clock and never burst to catch up after a stall:
+the timestamps jump forward instead, as a live source's would.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import fractions
+import math
+import time
+from collections.abc import Callable
+
+import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+__all__ = [
+    "AUDIO_RATE",
+    "MediaGate",
+    "PatternTrack",
+    "ToneTrack",
+    "audio_rms",
+    "read_frame_counter",
+]
+
+AUDIO_RATE = 48_000
+AUDIO_FRAME = 960  # 20 ms at 48 kHz
+VIDEO_CLOCK = 90_000
+
+_MARKER = 0xA5  # top 8 bits of the encoded word: "this frame is synthetic"
+_BITS = 32
+_BAND_ROWS = 16
+_HIGH, _LOW = 235, 16  # video-range white and black
+
+
+class MediaGate:
+    """Shared stall switch for synthetic tracks (``recv()`` blocks while stalled)."""
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._resumed = asyncio.Event()
+
+    @property
+    def stalled(self) -> bool:
+        return time.monotonic() < self._until
+
+    def stall(self, seconds: float | None = None) -> None:
+        """Stop every track sharing this gate for ``seconds`` (None: until :meth:`resume`)."""
+        self._until = math.inf if seconds is None else time.monotonic() + max(0.0, seconds)
+
+    def resume(self) -> None:
+        """Let frames flow again."""
+        self._until = 0.0
+        self._resumed.set()
+        self._resumed = asyncio.Event()
+
+    async def wait_open(self) -> None:
+        """Return once the gate is open (at once when it is)."""
+        while self.stalled:
+            left = self._until - time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resumed.wait(), None if math.isinf(left) else left)
+
+
+class _PacedTrack(MediaStreamTrack):
+    """Wall-clock pacing shared by the synthetic tracks."""
+
+    def __init__(self, period: float, gate: MediaGate | None) -> None:
+        super().__init__()
+        self._period = period
+        self._gate = gate
+        self._start: float | None = None
+        self._due = 0.0
+        self.frames_sent = 0
+
+    async def _next_slot(self) -> float:
+        """Wait for the next frame slot; return seconds since the track started."""
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._gate is not None and self._gate.stalled:
+            await self._gate.wait_open()
+        now = time.monotonic()
+        if self._start is None:
+            self._start = self._due = now
+        if self._due > now:
+            await asyncio.sleep(self._due - now)
+            now = time.monotonic()
+        if self.readyState != "live":
+            raise MediaStreamError
+        # After a stall: no burst of late frames, the timeline jumps instead.
+        self._due = max(self._due, now - self._period) + self._period
+        return now - self._start
+
+
+class PatternTrack(_PacedTrack):
+    """A moving test pattern; frame ``n`` carries ``n`` in its top band."""
+
+    kind = "video"
+
+    def __init__(
+        self,
+        *,
+        width: int = 320,
+        height: int = 240,
+        fps: float = 20.0,
+        gate: MediaGate | None = None,
+    ) -> None:
+        if width < _BITS * 4 or height < _BAND_ROWS * 2 or width % 2 or height % 2:
+            raise ValueError("PatternTrack needs an even size of at least 128x32")
+        super().__init__(1.0 / fps, gate)
+        self.width = width
+        self.height = height
+        self._ramp = bytes(16 + (x * 2) % 220 for x in range(2 * width))
+        self._last_pts = -1
+
+    async def recv(self) -> av.VideoFrame:
+        elapsed = await self._next_slot()
+        frame = self.render(self.frames_sent)
+        pts = max(self._last_pts + 1, int(elapsed * VIDEO_CLOCK))
+        frame.pts = self._last_pts = pts
+        frame.time_base = fractions.Fraction(1, VIDEO_CLOCK)
+        self.frames_sent += 1
+        return frame
+
+    def render(self, counter: int) -> av.VideoFrame:
+        """Frame ``counter`` of the pattern (a diagonal ramp scrolling 4 px per frame)."""
+        w, h = self.width, self.height
+        frame = av.VideoFrame(w, h, "yuv420p")
+        luma = frame.planes[0]
+        pad = bytes(luma.line_size - w)
+        shift = counter * 4
+        rows = [_band_row(counter, w) + pad] * _BAND_ROWS
+        for y in range(_BAND_ROWS, h):
+            off = (shift + y) % w
+            rows.append(self._ramp[off : off + w] + pad)
+        luma.update(b"".join(rows))
+        tint = 128 + (counter // 20) % 2 * 24  # a slow colour blink, handy when watching it
+        for plane in frame.planes[1:]:
+            plane.update(bytes([tint]) * plane.buffer_size)
+        return frame
+
+
+def _band_row(counter: int, width: int) -> bytes:
+    word = (_MARKER << 24) | (counter & 0xFFFFFF)
+    block = width // _BITS
+    row = bytearray()
+    for bit in range(_BITS - 1, -1, -1):
+        row += bytes([_HIGH if word >> bit & 1 else _LOW]) * block
+    row += bytes([_LOW]) * (width - len(row))
+    return bytes(row)
+
+
+def read_frame_counter(frame: av.VideoFrame) -> int | None:
+    """The counter :class:`PatternTrack` drew into ``frame``; None if it is not one of ours."""
+    if frame.width < _BITS * 4 or frame.height < _BAND_ROWS:
+        return None
+    if frame.format.name != "yuv420p":
+        frame = frame.reformat(format="yuv420p")
+    luma = frame.planes[0]
+    data = bytes(luma)
+    block = frame.width // _BITS
+    row = (_BAND_ROWS // 2) * luma.line_size
+    word = 0
+    for bit in range(_BITS):
+        word = word << 1 | (data[row + bit * block + block // 2] > 128)
+    if word >> 24 != _MARKER:
+        return None
+    return word & 0xFFFFFF
+
+
+class ToneTrack(_PacedTrack):
+    """48 kHz mono audio: a sine while ``active()`` is true, silence otherwise."""
+
+    kind = "audio"
+
+    def __init__(
+        self,
+        *,
+        frequency: float = 440.0,
+        amplitude: float = 0.3,
+        active: Callable[[], bool] | None = None,
+        gate: MediaGate | None = None,
+    ) -> None:
+        super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
+        self.active = active
+        peak = max(0.0, min(1.0, amplitude)) * 32767
+        # One second of the tone (plus one frame, so any slice is contiguous): an integer
+        # frequency loops seamlessly.
+        samples = array.array(
+            "h",
+            (
+                round(peak * math.sin(2 * math.pi * frequency * (i % AUDIO_RATE) / AUDIO_RATE))
+                for i in range(AUDIO_RATE + AUDIO_FRAME)
+            ),
+        )
+        self._tone = samples.tobytes()
+        self._silence = bytes(AUDIO_FRAME * 2)
+        self._pts = 0
+        self.tone_frames = 0
+
+    async def recv(self) -> av.AudioFrame:
+        elapsed = await self._next_slot()
+        self._pts = max(self._pts, int(elapsed * AUDIO_RATE) // AUDIO_FRAME * AUDIO_FRAME)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=AUDIO_FRAME)
+        if self.active is None or self.active():
+            start = (self._pts % AUDIO_RATE) * 2
+            frame.planes[0].update(self._tone[start : start + AUDIO_FRAME * 2])
+            self.tone_frames += 1
+        else:
+            frame.planes[0].update(self._silence)
+        frame.sample_rate = AUDIO_RATE
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, AUDIO_RATE)
+        self._pts += AUDIO_FRAME
+        self.frames_sent += 1
+        return frame
+
+
+_SAMPLE_TYPES = {"s16": ("h", 32768.0), "s16p": ("h", 32768.0), "flt": ("f", 1.0)}
+_SAMPLE_TYPES["fltp"] = _SAMPLE_TYPES["flt"]
+_SAMPLE_TYPES["s32"] = _SAMPLE_TYPES["s32p"] = ("i", 2147483648.0)
+
+
+def audio_rms(frame: av.AudioFrame) -> float:
+    """RMS of every sample of ``frame``, full scale = 1.0 (0.0 for an unknown format)."""
+    kind = _SAMPLE_TYPES.get(frame.format.name)
+    if kind is None or not frame.samples:
+        return 0.0
+    code, scale = kind
+    per_plane = frame.samples * (1 if frame.format.is_planar else len(frame.layout.channels))
+    total = 0.0
+    count = 0
+    for plane in frame.planes:
+        values = array.array(code)
+        values.frombytes(bytes(plane)[: per_plane * values.itemsize])
+        total += math.fsum(v * v for v in values)
+        count += len(values)
+    return math.sqrt(total / count) / scale if count else 0.0

@@ -1,0 +1,238 @@
+"""Full audio+video sessions: real aiortc peers on both ends over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import aiohttp
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection
+
+from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk.media import AudioLevelMeter, FailingSource, ToneSource
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
+
+from .conftest import FAST, sdk_tasks
+
+MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0)
+
+
+def _session(staging: StagingServer, **kwargs: object) -> AvatarSession:
+    kwargs.setdefault("audio", ToneSource())
+    kwargs.setdefault("config", MEDIA)
+    return AvatarSession(staging.url, staging.token, allow_insecure_transport=True, **kwargs)  # type: ignore[arg-type]
+
+
+def open_peers() -> list[RTCPeerConnection]:
+    gc.collect()
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, RTCPeerConnection) and o.connectionState != "closed"
+    ]
+
+
+async def _energy_over(staging: StagingServer, sid: str, seconds: float) -> tuple[int, float]:
+    """Frames received and their mean RMS over the next ``seconds``."""
+    before = staging.media.asr_stats(sid).frames
+    rms: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(0.05)
+        rms.append(staging.media.asr_stats(sid).last_rms or 0.0)
+    return staging.media.asr_stats(sid).frames - before, max(rms[len(rms) // 2 :])
+
+
+async def test_av_session_connects_through_the_media_steps_and_decodes_frames(
+    staging: StagingServer,
+) -> None:
+    session = _session(staging)
+    states: list[str] = []
+    session.on("state_changed", lambda e: states.append(e.data["state"]))
+    try:
+        await session.connect()
+        assert states[-4:] == [
+            "connecting_asr",
+            "connecting_video",
+            "connecting_approving",
+            "connected",
+        ]
+        lanes = session.media
+        assert lanes is not None and lanes.stv is not None
+        assert not lanes.gate_capped  # approved after a decoded frame, not on the cap
+        first_video = lanes.stv.first_frame_at["video"]
+        await session.wait_for("agent_speech_started", 3)  # the server got the approval
+        approve = staging.received_events("approvedPermissions")[0].at
+        assert approve >= first_video + 0.3  # the 0.3 s settle after the first frame
+        assert session.avatar_video is not None and session.avatar_audio is not None
+        frame = await asyncio.wait_for(session.avatar_video.recv(), 3)
+        assert (frame.width, frame.height) > (0, 0)
+        assert await asyncio.wait_for(session.avatar_audio.recv(), 3) is not None
+    finally:
+        await session.close()
+
+
+async def test_uplink_audio_arrives_and_mute_stops_it_without_renegotiation(
+    staging: StagingServer,
+) -> None:
+    session = _session(staging)
+    try:
+        await session.connect()
+        sid = staging.live_sids[0]
+        frames, level = await _energy_over(staging, sid, 0.6)
+        assert frames > 10 and level > 0.05
+        session.mic_enabled = False
+        await asyncio.sleep(0.2)
+        frames, level = await _energy_over(staging, sid, 0.6)
+        assert frames > 10 and level == 0.0  # packets keep flowing, audio is silent
+        session.mic_enabled = True
+        await asyncio.sleep(0.2)
+        frames, level = await _energy_over(staging, sid, 0.6)
+        assert level > 0.05
+        stats = staging.media.asr_stats(sid)
+        assert stats.offers == 1  # no renegotiation for mute
+        names = [r.event for r in staging.received]
+        assert names.count("muteUser") == 1 and names.count("unmuteUser") == 1
+    finally:
+        await session.close()
+
+
+async def test_avatar_voice_is_heard_while_it_speaks(staging: StagingServer) -> None:
+    session = _session(staging)
+    try:
+        await session.connect()
+        assert session.avatar_audio is not None
+        async with AudioLevelMeter(session.avatar_audio, threshold=0.02) as meter:
+            await meter.wait_for_speech(5)  # the greeting's tone reaches us
+    finally:
+        await session.close()
+
+
+async def test_audio_phone_mode_connects_asr_only() -> None:
+    async with StagingServer(audio_only=True) as staging:
+        session = _session(staging)
+        try:
+            await session.connect()
+            assert session.media is not None and session.media.audio_only
+            assert session.avatar_video is None
+            assert staging.media.whep_posts == 0
+            await session.speak("hello")
+            await session.wait_for("agent_turn_ended", 3)
+        finally:
+            await session.close()
+
+
+async def test_video_false_still_converses(staging: StagingServer) -> None:
+    session = _session(staging, video=False)
+    try:
+        await session.connect()
+        assert session.avatar_video is None and session.avatar_audio is not None
+        await session.speak("audio only please")
+        await session.wait_for("agent_turn_ended", 3)
+    finally:
+        await session.close()
+
+
+async def test_close_deletes_the_whep_resource_once_and_leaves_no_peer_task_or_socket(
+    staging: StagingServer,
+) -> None:
+    session = _session(staging)
+    await session.connect()
+    assert len(open_peers()) >= 2
+    await session.close()
+    await session.close()
+    await asyncio.sleep(0.1)
+    assert staging.media.whep_posts == 1 and staging.media.whep_deletes == 1
+    assert staging.live_sids == []
+    assert sdk_tasks() == []
+    await staging.stop()
+    assert open_peers() == []
+
+
+async def test_whep_404_fails_connect_with_session_gone(staging: StagingServer) -> None:
+    staging.faults.whep_404(times=1)
+    session = _session(staging)
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    assert info.value.code is ErrorCode.SESSION_GONE
+    assert session.state == "failed"
+    await asyncio.sleep(0.1)
+    assert sdk_tasks() == []
+
+
+async def test_unanswered_asr_offer_is_asr_failed(staging: StagingServer) -> None:
+    staging.faults.withhold("asr-webrtc-answer")
+    session = _session(staging, config=MEDIA.with_(asr_timeout=0.5))
+    with pytest.raises(AvatarError) as info:
+        await session.connect()
+    assert info.value.code is ErrorCode.ASR_FAILED
+
+
+async def test_private_whep_host_is_refused_without_the_flag() -> None:
+    async with aiohttp.ClientSession() as http:
+        downlink = StvDownlink(
+            http=http,
+            configuration=RTCConfiguration(),
+            allow_private=False,
+            video=True,
+            outputs={"video": FanoutTrack("video")},
+        )
+        try:
+            with pytest.raises(AvatarError) as info:
+                await downlink.subscribe("https://10.0.0.5/rtc/v1/whep/?stream=x", 1.0)
+            assert info.value.code is ErrorCode.INSECURE_TRANSPORT
+        finally:
+            await downlink.close()
+
+
+async def test_a_failing_microphone_is_reported_and_text_turns_still_work(
+    staging: StagingServer,
+) -> None:
+    session = _session(staging, audio=FailingSource(PermissionError("denied"), after_frames=5))
+    errors: list[str] = []
+    session.on("error", lambda e: errors.append(e.data["code"]))
+    try:
+        await session.connect()
+        await asyncio.sleep(0.3)
+        assert errors == ["permission_denied"]
+        assert session.state == "connected"
+        await session.speak("typing instead")
+        await session.wait_for("agent_turn_ended", 3)
+        await session.switch_audio(ToneSource())
+        sid = staging.live_sids[0]
+        await asyncio.sleep(0.3)
+        _, level = await _energy_over(staging, sid, 0.5)
+        assert level > 0.05
+    finally:
+        await session.close()
+
+
+async def test_cold_reconnect_rebuilds_both_peers_and_keeps_mute_and_source(
+    staging: StagingServer,
+) -> None:
+    session = _session(staging)
+    try:
+        await session.connect()
+        session.mic_enabled = False
+        video = session.avatar_video
+        assert video is not None
+        await staging.faults.drop_socket(recovery=False)
+        ev = await session.wait_for("reconnected", 10)
+        assert ev.data["tier"] == "cold"
+        sid = staging.live_sids[0]
+        frames, level = await _energy_over(staging, sid, 0.6)
+        assert frames > 10 and level == 0.0  # the new uplink flows, still muted
+        assert [r.event for r in staging.received if r.sid == sid].count("muteUser") == 1
+        session.mic_enabled = True
+        await asyncio.sleep(0.2)
+        _, level = await _energy_over(staging, sid, 0.5)
+        assert level > 0.05
+        # The application's track object is the same and is fed by the new subscription.
+        assert session.avatar_video is video
+        assert await asyncio.wait_for(video.recv(), 3) is not None
+        assert staging.media.whep_posts == 2 and staging.media.whep_deletes == 1
+    finally:
+        await session.close()
