@@ -68,6 +68,8 @@ class SessionConfig:
     idle_timeout: float = 900.0
     complete_on_server_end: bool = False
     session_complete_timeout: float = 5.0
+    #: Seconds between ``connection_quality`` events; 0 (default) = off, no task, no cost.
+    quality_interval: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

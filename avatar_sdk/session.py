@@ -38,6 +38,7 @@ from .transport.control import ControlChannel
 from .transport.csr import IO_SERVER_DISCONNECT
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
+from .transport.quality import ByteMark, summarize
 from .transport.stv import FanoutTrack
 from .urls import check_url
 from .wire import (
@@ -274,6 +275,8 @@ class AvatarSession:
             self._connect_task = None
         duration = time.monotonic() - started
         self._stats["connect_duration"] = duration
+        if self._media and self.config.quality_interval > 0:
+            self._spawn(self._quality_loop(self.config.quality_interval), "quality")
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 
     async def _open_and_join(
@@ -535,6 +538,27 @@ class AvatarSession:
         durations = self._stats["recovery_durations"][tier]
         durations.append(duration)
         del durations[:-100]
+
+    async def _quality_loop(self, interval: float) -> None:
+        """Opt-in ``connection_quality`` events from both peers' ``getStats()``."""
+        marks: dict[str, tuple[object, ByteMark]] = {}
+        while True:
+            await asyncio.sleep(interval)
+            lanes = self._lanes
+            if lanes is None or not self._machine.is_in("connected"):
+                continue
+            for channel, link in (("asr", lanes.asr), ("stv", lanes.stv)):
+                if link is None or link.pc.connectionState != "connected":
+                    continue
+                try:
+                    report = await link.pc.getStats()
+                except Exception:
+                    continue
+                previous = marks.get(channel)
+                mark = previous[1] if previous is not None and previous[0] is link else None
+                data, new_mark = summarize(channel, report.values(), mark, time.monotonic())
+                marks[channel] = (link, new_mark)
+                self._emit("connection_quality", data)
 
     # -- turns -------------------------------------------------------------------------------------
     async def speak(self, text: str) -> None:

@@ -236,3 +236,27 @@ async def test_cold_reconnect_rebuilds_both_peers_and_keeps_mute_and_source(
         assert staging.media.whep_posts == 2 and staging.media.whep_deletes == 1
     finally:
         await session.close()
+
+
+async def test_connection_quality_is_opt_in(staging: StagingServer) -> None:
+    session = _session(staging, config=MEDIA.with_(quality_interval=0.2))
+    quiet = _session(staging)
+    samples: list[dict[str, object]] = []
+    session.on("connection_quality", lambda e: samples.append(e.data))
+    unexpected: list[object] = []
+    quiet.on("connection_quality", unexpected.append)
+    try:
+        await session.connect()
+        await quiet.connect()
+        await asyncio.sleep(1.2)
+        channels = {s["channel"] for s in samples}
+        assert channels == {"asr", "stv"}
+        stv = [s for s in samples if s["channel"] == "stv" and s["bitrate"] is not None]
+        assert stv and all(float(s["bitrate"]) > 0 for s in stv)  # type: ignore[arg-type]
+        assert all(0.0 <= float(s["packet_loss"]) <= 1.0 for s in samples)  # type: ignore[arg-type]
+        assert unexpected == []
+        quality_tasks = [t for t in asyncio.all_tasks() if t.get_name() == "avatar-sdk:quality"]
+        assert len(quality_tasks) == 1  # only the session that asked for it pays for it
+    finally:
+        await session.close()
+        await quiet.close()
