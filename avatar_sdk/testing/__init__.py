@@ -4,6 +4,7 @@ from .brain import Brain
 from .faults import Faults
 from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
 from .server import Conversation, ReceivedEvent, StagingServer
+from .synthetic import read_frame_counter
 
 __all__ = [
     "AsrPeer",
@@ -15,4 +16,5 @@ __all__ = [
     "StagingMedia",
     "StagingServer",
     "WhepViewer",
+    "read_frame_counter",
 ]
