@@ -68,6 +68,10 @@ class SessionConfig:
     idle_timeout: float = 900.0
     complete_on_server_end: bool = False
     session_complete_timeout: float = 5.0
+    #: Budget of one in-place media recovery attempt (re-subscribe or renegotiation), seconds.
+    media_recovery_timeout: float = 10.0
+    #: In-place attempts per channel before escalating to a cold reconnect.
+    max_media_recoveries: int = 2
     #: Seconds between ``connection_quality`` events; 0 (default) = off, no task, no cost.
     quality_interval: float = 0.0
 

@@ -277,6 +277,8 @@ class AvatarSession:
         self._stats["connect_duration"] = duration
         if self._media and self.config.quality_interval > 0:
             self._spawn(self._quality_loop(self.config.quality_interval), "quality")
+        if self._media:
+            self._spawn(self._media_watchdog(), "media-watchdog")
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 
     async def _open_and_join(
@@ -296,6 +298,7 @@ class AvatarSession:
                 turn=self._turn,
             )
             self._lanes = lanes
+            lanes.room_id = self._room_id
             await lanes.start_asr(
                 emit=channel.emit,
                 wait=lambda name: wait_step(handshake, self.config, deadline, name),
@@ -470,6 +473,78 @@ class AvatarSession:
         await self._machine.fire("recovery_failed")
         await self._cold_reconnect(f"socket recovery failed ({reason})")
 
+    # -- tier 2: media -----------------------------------------------------------------------------
+    async def _media_watchdog(self) -> None:
+        """Detect dead media fast: a failed/closed peer, no downlink frames, no uplink
+        receiver reports for ``media_stall_timeout``. Recovery runs right here, so there is
+        one owner and never two recoveries of the same lanes at once."""
+        tick = 0
+        while not self._machine.terminal:
+            await asyncio.sleep(0.1)
+            tick += 1
+            lanes = self._lanes
+            if lanes is None or not self._machine.is_in("connected"):
+                continue
+            if tick % 3 == 0:
+                await lanes.poll_asr_reports()
+            down = lanes.down_channels(time.monotonic(), self.config.media_stall_timeout)
+            if down:
+                await self._recover_media(lanes, down)
+
+    async def _recover_media(self, lanes: MediaLanes, down: dict[str, str]) -> None:
+        if not await self._machine.fire("media_down"):
+            return
+        cfg = self.config
+
+        async def emit(event: str, payload: object) -> None:
+            await self._require_channel().emit(event, payload)
+
+        async def recover(channel: str, reason: str) -> tuple[str, str, float]:
+            method = "renegotiate" if channel == "asr" else "whep_resubscribe"
+            error: AvatarError | None = None
+            for attempt in range(1, max(1, cfg.max_media_recoveries) + 1):
+                started = time.monotonic()
+                self._emit(
+                    "media_recovering",
+                    {"channel": channel, "method": method, "attempt": attempt, "reason": reason},
+                )
+                try:
+                    if channel == "asr":
+                        method = await lanes.recover_asr(emit, cfg.media_recovery_timeout)
+                    else:
+                        method = await lanes.recover_stv(emit, cfg.media_recovery_timeout)
+                except AvatarError as exc:
+                    error = exc
+                    if exc.code in (ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED):
+                        break
+                    continue
+                return channel, method, time.monotonic() - started
+            raise error or AvatarError(ErrorCode.MEDIA_FAILED, f"{channel} recovery failed")
+
+        results = await asyncio.gather(
+            *(recover(ch, why) for ch, why in down.items()), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if not failures:
+            await self._machine.fire("media_recovered")
+            for result in results:
+                if isinstance(result, tuple):
+                    channel, method, duration = result
+                    self._record_recovery("media", duration)
+                    self._emit(
+                        "media_recovered",
+                        {"channel": channel, "method": method, "duration": duration},
+                    )
+            return
+        first = failures[0]
+        if not isinstance(first, AvatarError):
+            raise first
+        if not self._machine.is_in("recovering_media"):
+            return  # the socket dropped meanwhile: its tier decides, media is re-checked after
+        self._health_reason, self._health_category = str(first.code), str(first.category)
+        await self._machine.fire("session_lost")
+        await self._cold_reconnect(f"media recovery failed ({first.code})")
+
     # -- tier 3: cold reconnect ---------------------------------------------------------------
     async def _cold_reconnect(self, reason: str) -> None:
         policy = self.config.cold_reconnect
@@ -570,10 +645,10 @@ class AvatarSession:
         if not isinstance(text, str) or not text.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = clamp_text(text)
-        if self._machine.is_in("connected"):
+        if self._machine.is_in("connected", "recovering_media"):
             await self._send_turn(text)
             return
-        if self._machine.is_in("reconnecting", "cold_reconnecting", "recovering_media", "queued"):
+        if self._machine.is_in("reconnecting", "cold_reconnecting", "queued"):
             if len(self._held) >= MAX_HELD_TURNS:
                 raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

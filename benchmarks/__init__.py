@@ -4,7 +4,9 @@ One module per figure:
 
 * :mod:`benchmarks.connect` - ``connect()`` to ``connected`` on the control plane;
 * :mod:`benchmarks.recovery` - socket-tier recovery after a transport drop;
-* :mod:`benchmarks.throughput` - ``agent_raw_text`` parse + dispatch rate, pure and end to end.
+* :mod:`benchmarks.throughput` - ``agent_raw_text`` parse + dispatch rate, pure and end to end;
+* :mod:`benchmarks.media` - WebRTC media: ``connect()`` to the first decoded avatar frame,
+  client CPU and peak RSS per session, concurrent on-time sessions per process.
 
 Shared statistics live in :mod:`benchmarks.stats`, the table and ``results.json`` writer
 in :mod:`benchmarks.report`. Targets are reported as information only: a missed target

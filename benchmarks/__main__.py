@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--only connect,recovery,throughput] [--output PATH]``.
+"""``python -m benchmarks [--only connect,recovery,throughput,media] [--output PATH]``.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``. The exit
 status is 0 whatever the targets say; it is 1 only when a figure could not be measured.
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, recovery, throughput
+from . import connect, media, recovery, throughput
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -21,6 +21,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "connect": ("connect() -> connected (control plane)", connect.run),
     "recovery": ("socket-tier recovery: drop_socket() -> reconnected", recovery.run),
     "throughput": ("agent_raw_text throughput (one core)", throughput.run),
+    "media": (media.TITLE, media.run),
 }
 
 

@@ -33,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import multiprocessing
+import os
 import resource
 import sys
 import time
@@ -75,6 +77,7 @@ ON_TIME_SHARE = 0.8
 MAX_GAP = 0.5
 NOMINAL_RATE = {"video": 20.0, "audio": 50.0}  # 320x240@20fps H264, 20 ms Opus frames
 MODE_LABEL = {"av": "A/V", "audio": "audio-only"}
+LAG_PERIOD = 0.02
 SERVER_START_TIMEOUT = 30.0
 IDLE_TIMEOUT = 5.0
 
@@ -133,7 +136,9 @@ class ChildServer:
         self._process.start()
         loop = asyncio.get_running_loop()
         if not await loop.run_in_executor(None, parent.poll, SERVER_START_TIMEOUT):
-            raise RuntimeError(f"the child staging server did not start in {SERVER_START_TIMEOUT} s")
+            raise RuntimeError(
+                f"the child staging server did not start in {SERVER_START_TIMEOUT} s"
+            )
         self.url, self.token = parent.recv()
         self._http = aiohttp.ClientSession(base_url=self.url)
         return self
@@ -377,29 +382,56 @@ class Consumer:
         """Frames inside ``[start, end]`` and the longest gap, edges of the window included."""
         inside = [t for t in self.stamps if start <= t <= end]
         edges = [start, *inside, end]
-        return len(inside), max(b - a for a, b in zip(edges, edges[1:], strict=False))
+        return len(inside), max(b - a for a, b in itertools.pairwise(edges))
+
+
+class LoopLag:
+    """How late this event loop wakes up: a task sleeping ``period`` s, stamping overshoots."""
+
+    def __init__(self, period: float = LAG_PERIOD) -> None:
+        self.period = period
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(self.period)
+            self.lags.append(max(0.0, time.monotonic() - before - self.period))
+
+    async def stop(self) -> Summary | None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        return Summary.of(self.lags) if self.lags else None
 
 
 async def _connect_batch(
-    server: ChildServer, video: bool, count: int, sessions: list[AvatarSession]
+    server: ChildServer, kind: str, count: int, consumers: list[Consumer]
 ) -> list[float]:
-    """Connect ``count`` more sessions concurrently (appended to ``sessions``); their times."""
-    batch = [media_session(server.url, server.token, video=video) for _ in range(count)]
-    sessions.extend(batch)
+    """Connect ``count`` more sessions concurrently; each gets its consumer (appended to
+    ``consumers``) as soon as its ``connect()`` returns. Returns the connect times."""
+    video = kind == "video"
+    batch = [
+        Consumer(media_session(server.url, server.token, video=video), kind) for _ in range(count)
+    ]
+    consumers.extend(batch)
 
-    async def one(session: AvatarSession) -> float:
+    async def one(consumer: Consumer) -> float:
         started = time.monotonic()
-        await asyncio.wait_for(session.connect(), CONNECT_TIMEOUT)
+        await asyncio.wait_for(consumer.session.connect(), CONNECT_TIMEOUT)
+        consumer.start()
         return time.monotonic() - started
 
-    return list(await asyncio.gather(*(one(s) for s in batch)))
+    return list(await asyncio.gather(*(one(c) for c in batch)))
 
 
 async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
     """Open ``level`` sessions, judge every one over the window, close them all."""
-    video = mode == "av"
-    kind = "video" if video else "audio"
-    sessions: list[AvatarSession] = []
+    kind = "video" if mode == "av" else "audio"
     consumers: list[Consumer] = []
     record: dict[str, Any] = {"level": level, "mode": mode}
     started = time.monotonic()
@@ -407,55 +439,61 @@ async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
         connects: list[float] = []
         try:
             for first in range(0, level, RAMP_BATCH):
-                connects += await _connect_batch(
-                    server, video, min(RAMP_BATCH, level - first), sessions
-                )
+                count = min(RAMP_BATCH, level - first)
+                connects += await _connect_batch(server, kind, count, consumers)
         except Exception as exc:
             record.update(passed=False, reason=f"connect failed: {describe_error(exc)}")
             return record
         finally:
-            record["connected"] = sum(1 for s in sessions if s.state == "connected")
-        for session in sessions:
-            consumer = Consumer(session, kind)
-            consumer.start()
-            consumers.append(consumer)
+            record["connected"] = sum(1 for c in consumers if c.session.state == "connected")
+        sessions = [c.session for c in consumers]
         record["connect_s"] = {"median": _median(connects), "max": max(connects)}
         record["gate_capped"] = sum(
             1 for s in sessions if s.media is not None and s.media.gate_capped
         )
         await asyncio.sleep(RAMP_SETTLE)
+        lag = LoopLag()
+        dropped_before = sum(_dropped(s, kind) for s in sessions)
         server_before = await server.cpu()
         cpu_before = time.process_time()
         window_start = time.monotonic()
+        lag.start()
         await asyncio.sleep(RAMP_WINDOW)
         window_end = time.monotonic()
         cpu = time.process_time() - cpu_before
+        lags = await lag.stop()
         server_cpu = await server.cpu() - server_before
         window = window_end - window_start
         needed = ON_TIME_SHARE * NOMINAL_RATE[kind] * window
         judged = [c.judge(window_start, window_end) for c in consumers]
         late = [i for i, (frames, gap) in enumerate(judged) if frames < needed or gap >= MAX_GAP]
+        all_connected = all(s.state == "connected" for s in sessions)
+        reason = None
+        if late:
+            reason = f"{len(late)}/{level} sessions late"
+        elif not all_connected:
+            reason = "a session left the connected state"
         record.update(
-            passed=not late and all(s.state == "connected" for s in sessions),
-            reason=f"{len(late)}/{level} sessions late" if late else None,
+            passed=reason is None,
+            reason=reason,
             window_s=window,
             frames_needed=needed,
             frames_min=min(f for f, _ in judged),
             frames_median=_median([float(f) for f, _ in judged]),
             rate_min=min(f for f, _ in judged) / window,
+            rate_median=_median([f / window for f, _ in judged]),
             gap_max_s=max(g for _, g in judged),
             late_sessions=len(late),
-            dropped_by_fanout=sum(_dropped(s, kind) for s in sessions),
+            dropped_by_fanout=sum(_dropped(s, kind) for s in sessions) - dropped_before,
+            loop_lag_ms=lags.scaled(1000.0).as_json("ms") if lags is not None else None,
             client_core_share=cpu / window,
             server_core_share=server_cpu / window,
         )
-        if record["passed"] is False and not late:
-            record["reason"] = "a session left the connected state"
         return record
     finally:
         for consumer in consumers:
             await consumer.stop()
-        record["close_s"] = await close_all(sessions)
+        record["close_s"] = await close_all([c.session for c in consumers])
         record["server_left"] = await server.wait_idle()
         record["seconds"] = time.monotonic() - started
 
@@ -510,6 +548,10 @@ async def _measure() -> dict[str, Any]:
     return {"first": first, "probes": probes, "ramps": ramps}
 
 
+def _cells(summary: Summary) -> tuple[float, str, float, float]:
+    return summary.median, "ms", summary.p90, summary.maximum
+
+
 def _first_rows(samples: list[FirstFrame]) -> tuple[list[Row], dict[str, Any]]:
     def summary(values: list[float]) -> Summary:
         return Summary.of(values).scaled(1000.0)
@@ -520,13 +562,11 @@ def _first_rows(samples: list[FirstFrame]) -> tuple[list[Row], dict[str, Any]]:
     whep = summary([s.whep_answered for s in samples])
     n = len(samples)
     rows = [
-        Row("A/V connect() -> first decoded video frame", n, first.median, "ms", first.p90,
-            first.maximum),
-        Row("A/V connect() -> connected (gate incl.)", n, connected.median, "ms", connected.p90,
-            connected.maximum),
-        Row("  first video frame -> connected", n, gate.median, "ms", gate.p90, gate.maximum),
-        Row("  connect() -> WHEP answer applied", n, whep.median, "ms", whep.p90, whep.maximum),
-    ]  # fmt: skip
+        Row("A/V connect() -> first decoded video frame", n, *_cells(first)),
+        Row("A/V connect() -> connected (gate incl.)", n, *_cells(connected)),
+        Row("  first video frame -> connected", n, *_cells(gate)),
+        Row("  connect() -> WHEP answer applied", n, *_cells(whep)),
+    ]
     data = {
         "sessions": n,
         "warmup": FIRST_FRAME_WARMUP,
@@ -619,9 +659,9 @@ def _run() -> FigureResult:
     ramps: dict[str, dict[str, Any]] = measured["ramps"]
     result.rows = first_rows + probe_rows + _ramp_rows(ramps)
     server_shares = ", ".join(
-        f"{MODE_LABEL[mode]} K={count} {probe_data[mode]['by_sessions'][str(count)]['server_core_share']:.0%}"
+        f"{MODE_LABEL[mode]} K={count} {figures['server_core_share']:.0%}"
         for mode in PROBE_MODES
-        for count in PROBE_SESSIONS
+        for count, figures in probe_data[mode]["by_sessions"].items()
     )
     video_fps = [
         probe_data["av"]["by_sessions"][str(count)]["frames_per_session_per_s"]["video"]
@@ -642,8 +682,9 @@ def _run() -> FigureResult:
         + ".",
         f"(c) on time = >= {ON_TIME_SHARE:.0%} of nominal frames ({NOMINAL_RATE['video']:g} "
         f"video fps, {NOMINAL_RATE['audio']:g} audio frames/s) over {RAMP_WINDOW:g} s and no "
-        f"gap >= {ms(MAX_GAP):.0f} ms, for EVERY session; {os_cpus()} CPUs shared with the "
-        f"server's H264/Opus encoders, so this is a lower bound for the client alone.",
+        f"gap >= {ms(MAX_GAP):.0f} ms, for EVERY session; the {os.cpu_count() or 1} CPUs are "
+        f"shared with the server's H264/Opus encoders, so this is a lower bound for the "
+        f"client alone.",
     ]
     for mode in ("av", "audio"):
         ramp = ramps[mode]
@@ -672,12 +713,6 @@ def _run() -> FigureResult:
         },
     }
     return result
-
-
-def os_cpus() -> int:
-    import os
-
-    return os.cpu_count() or 1
 
 
 def run() -> FigureResult:

@@ -146,6 +146,7 @@ class AsrUplink:
         self.pc = RTCPeerConnection(configuration)
         self.pc.addTransceiver(_PeerTrack(track), direction="sendonly")
         self._connected = asyncio.Event()
+        self.connected_at: float | None = None
         self._closed = False
         self.state_listeners: list[Callable[[str], Any]] = []
         self.pc.on("connectionstatechange", self._on_state)
@@ -153,6 +154,8 @@ class AsrUplink:
     def _on_state(self) -> None:
         state = self.pc.connectionState
         if state == "connected":
+            if self.connected_at is None:
+                self.connected_at = time.monotonic()
             self._connected.set()
         for listener in list(self.state_listeners):
             listener(state)

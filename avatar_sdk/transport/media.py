@@ -26,6 +26,7 @@ from ..wire import (
     StvNewSession,
     build_asr_init,
     build_asr_offer,
+    build_stv_new_session,
 )
 from .asr import AsrUplink, UplinkTrack
 from .ice import TurnConfig, rtc_configuration
@@ -60,12 +61,17 @@ class MediaLanes:
         self._video = video
         self._allow_private = allow_private
         self._turn = turn
+        self.room_id: str | None = None
         self._http: aiohttp.ClientSession | None = None
         self.asr: AsrUplink | None = None
         self.stv: StvDownlink | None = None
         self.audio_only = False
         self.gate_waited: float | None = None
         self.gate_capped = False
+        self.stv_url: str | None = None
+        self._expect: dict[str, asyncio.Future[InboundEvent]] = {}
+        self.asr_report_at: float | None = None  # last RTCP receiver report seen from the server
+        self._asr_report_key: object = None
 
     async def start_asr(self, *, emit: Emit, wait: WaitEvent, socket_id: str) -> None:
         """PROTOCOL.md §1.2: init → ready → offer → answer, then ICE connected."""
@@ -90,13 +96,8 @@ class MediaLanes:
         started = time.monotonic()
         if self._http is None:
             self._http = aiohttp.ClientSession()
-        self.stv = StvDownlink(
-            http=self._http,
-            configuration=rtc_configuration(self._turn, relay_only=True),
-            allow_private=self._allow_private,
-            video=self._video,
-            outputs=self._outputs,
-        )
+        self.stv_url = stv.webrtc_url
+        self.stv = self._new_downlink()
         await self.stv.subscribe(stv.webrtc_url, max(0.05, deadline_left()))
         kind = "video" if self._video else "audio"
         cap = min(GATE_CAP - (time.monotonic() - started), deadline_left())
@@ -108,8 +109,166 @@ class MediaLanes:
             log.info("playable gate capped after %.2fs without a %s frame", GATE_CAP, kind)
         self.gate_waited = time.monotonic() - started
 
+    def _new_downlink(self) -> StvDownlink:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        return StvDownlink(
+            http=self._http,
+            configuration=rtc_configuration(self._turn, relay_only=True),
+            allow_private=self._allow_private,
+            video=self._video,
+            outputs=self._outputs,
+        )
+
+    # -- liveness (facts for the machine) ------------------------------------------------------
+    async def poll_asr_reports(self) -> None:
+        """Note when the server last sent an RTCP receiver report for our audio.
+
+        aiortc keeps a peer "connected" for ~30 s on a silently dead path; receiver reports
+        (every 0.5 to 1.5 s) stop at once, so their age is the fast signal for the uplink.
+        """
+        asr = self.asr
+        if asr is None or asr.pc.connectionState != "connected":
+            return
+        try:
+            report = await asr.pc.getStats()
+        except Exception:
+            return
+        for item in report.values():
+            if getattr(item, "type", None) == "remote-inbound-rtp":
+                key = (getattr(item, "timestamp", None), getattr(item, "packetsReceived", None))
+                if key != self._asr_report_key:
+                    self._asr_report_key = key
+                    self.asr_report_at = time.monotonic()
+
+    def down_channels(self, now: float, stall_timeout: float) -> dict[str, str]:
+        """Channels that are dead now, with the reason (empty when all is well)."""
+        down: dict[str, str] = {}
+        asr = self.asr
+        if asr is not None:
+            state = asr.pc.connectionState
+            if state in ("failed", "closed"):
+                down["asr"] = f"asr peer {state}"
+            elif state == "connected":
+                since = self.asr_report_at or asr.connected_at
+                if since is not None and now - since > stall_timeout:
+                    down["asr"] = f"no receiver report for {now - since:.1f}s"
+        stv = self.stv
+        if stv is not None:
+            state = stv.pc.connectionState
+            if state in ("failed", "closed"):
+                down["stv"] = f"stv peer {state}"
+            elif stv.last_frame_at is not None and now - stv.last_frame_at > stall_timeout:
+                down["stv"] = f"no media for {now - stv.last_frame_at:.1f}s"
+        return down
+
+    # -- in-place recovery (tier 2) -------------------------------------------------------------
+    def _expect_event(self, name: str) -> asyncio.Future[InboundEvent]:
+        fut: asyncio.Future[InboundEvent] = asyncio.get_running_loop().create_future()
+        old = self._expect.pop(name, None)
+        if old is not None and not old.done():
+            old.cancel()
+        self._expect[name] = fut
+        return fut
+
+    async def _await_expected(
+        self, fut: asyncio.Future[InboundEvent], timeout: float, what: str, code: ErrorCode
+    ) -> InboundEvent:
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise AvatarError(code, f"no {what} within {timeout:.3g}s") from None
+
+    async def recover_stv(self, emit: Emit, timeout: float) -> str:
+        """WHEP re-subscribe: DELETE the old resource, POST again, verified by a new frame.
+
+        A 404 means the server's STV session is gone: ask for one fresh ``stvNewSession``
+        on the live socket and try its URL once; a second failure is ``session_gone``.
+        """
+        if self.stv_url is None:
+            raise AvatarError(ErrorCode.SESSION_GONE, "no STV session to re-subscribe to")
+        started = time.monotonic()
+        old, self.stv = self.stv, None
+        if old is not None:
+            await old.close(min(1.0, timeout))
+        url = self.stv_url
+        for attempt in (1, 2):
+            left = max(0.05, timeout - (time.monotonic() - started))
+            link = self._new_downlink()
+            self.stv = link
+            try:
+                await link.subscribe(url, left)
+            except AvatarError as error:
+                await link.close(min(1.0, left))
+                self.stv = None
+                if error.code is not ErrorCode.SESSION_GONE or attempt == 2:
+                    raise
+                fresh = self._expect_event(In.STV_NEW_SESSION)
+                await emit(Out.STV_NEW_SESSION, build_stv_new_session(self.room_id or ""))
+                event = await self._await_expected(
+                    fresh, left, "stvNewSession", ErrorCode.SESSION_GONE
+                )
+                if not isinstance(event, StvNewSession) or not event.webrtc_url:
+                    raise AvatarError(
+                        ErrorCode.SESSION_GONE, "the new STV session has no URL"
+                    ) from None
+                url = self.stv_url = event.webrtc_url
+                continue
+            kind = "video" if self._video else "audio"
+            if not await link.wait_first_frame(
+                kind, max(0.05, timeout - (time.monotonic() - started))
+            ):
+                raise AvatarError(ErrorCode.MEDIA_FAILED, "re-subscribed but no frame arrived")
+            return "whep_resubscribe"
+        raise AvatarError(ErrorCode.SESSION_GONE, "STV session gone")  # pragma: no cover
+
+    async def recover_asr(self, emit: Emit, timeout: float) -> str:
+        """A fresh uplink peer renegotiated over the live socket (``is_reconnect: true``),
+        same track and mute state, verified by the server's first receiver report."""
+        started = time.monotonic()
+        old, self.asr = self.asr, None
+        if old is not None:
+            await old.close()
+        self.asr_report_at = None
+        self._asr_report_key = None
+        asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self.asr = asr
+        sdp = await asr.create_offer()
+        answer_fut = self._expect_event(In.ASR_WEBRTC_ANSWER)
+        await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=True))
+        left = max(0.05, timeout - (time.monotonic() - started))
+        answer = await self._await_expected(
+            answer_fut, left, "asr-webrtc-answer", ErrorCode.ASR_FAILED
+        )
+        if not isinstance(answer, AsrAnswer):
+            raise AvatarError(ErrorCode.ASR_FAILED, "unexpected answer event")
+        await asr.accept_answer(answer.sdp)
+        await asr.wait_connected(max(0.05, timeout - (time.monotonic() - started)))
+        asr.connected_at = time.monotonic()
+        while self.asr_report_at is None:
+            if time.monotonic() - started > timeout:
+                raise AvatarError(
+                    ErrorCode.ASR_FAILED, "uplink reconnected but the server reports nothing"
+                )
+            await asyncio.sleep(0.05)
+            await self.poll_asr_reports()
+        return "renegotiate"
+
     def on_event(self, event: InboundEvent) -> None:
-        """Socket events that belong to the media lanes (trickled ASR candidates)."""
+        """Socket events that belong to the media lanes: answers a recovery waits for, and
+        trickled ASR candidates."""
+        name = (
+            In.ASR_WEBRTC_ANSWER
+            if isinstance(event, AsrAnswer)
+            else In.STV_NEW_SESSION
+            if isinstance(event, StvNewSession)
+            else None
+        )
+        if name is not None:
+            fut = self._expect.pop(name, None)
+            if fut is not None and not fut.done():
+                fut.set_result(event)
+            return
         if isinstance(event, AsrIceCandidate) and self.asr is not None:
             task = asyncio.ensure_future(
                 self.asr.add_remote_candidate(event.candidate, event.sdp_mline_index, event.sdp_mid)
@@ -124,6 +283,10 @@ class MediaLanes:
 
     async def close(self, timeout: float) -> None:
         """Release both peers (WHEP DELETE first) and the HTTP session, within ``timeout``."""
+        for fut in self._expect.values():
+            if not fut.done():
+                fut.cancel()
+        self._expect.clear()
         stv, asr, self.stv, self.asr = self.stv, self.asr, None, None
         jobs = []
         if stv is not None:

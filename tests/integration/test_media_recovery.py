@@ -1,0 +1,173 @@
+"""Tier 2: each media channel recovers in place while the other keeps running."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from avatar_sdk import AvatarSession
+from avatar_sdk.media import ToneSource
+from avatar_sdk.testing import StagingServer
+
+from .conftest import FAST
+
+MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
+
+
+async def _connected(staging: StagingServer, **kwargs: object) -> AvatarSession:
+    session = AvatarSession(
+        staging.url,
+        staging.token,
+        audio=ToneSource(),
+        allow_insecure_transport=True,
+        config=MEDIA,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    await session.connect()
+    return session
+
+
+async def test_a_healthy_session_never_recovers_spuriously(staging: StagingServer) -> None:
+    session = await _connected(staging)
+    events: list[str] = []
+    session.on("media_recovering", lambda e: events.append(e.data["channel"]))
+    try:
+        await asyncio.sleep(5.0)
+        assert events == []
+        assert session.state == "connected"
+    finally:
+        await session.close()
+
+
+async def test_stv_ice_failure_resubscribes_without_touching_the_uplink(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        lanes = session.media
+        assert lanes is not None
+        asr_peer = lanes.asr
+        sid = staging.live_sids[0]
+        started = time.monotonic()
+        await staging.faults.ice_failure("stv")
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "stv" and ev.data["method"] == "whep_resubscribe"
+        assert time.monotonic() - started < 5
+        assert session.state == "connected"
+        assert lanes.asr is asr_peer  # the uplink kept running
+        assert staging.media.asr_stats(sid).offers == 1
+        assert len(staging.received_events("join")) == 1  # no re-join
+        assert staging.media.whep_posts == 2 and staging.media.whep_deletes >= 1
+        assert session.stats()["reconnects"]["media"] == 1
+    finally:
+        await session.close()
+
+
+async def test_stv_media_stall_is_detected_and_recovered(staging: StagingServer) -> None:
+    session = await _connected(staging)
+    try:
+        started = time.monotonic()
+        await staging.faults.media_stall("stv", seconds=None)
+        recovering = await session.wait_for("media_recovering", 6)
+        detected = time.monotonic() - started
+        assert recovering.data["channel"] == "stv"
+        assert detected < MEDIA.media_stall_timeout + 1.0
+        staging.faults.clear()
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "stv"
+        assert session.state == "connected"
+    finally:
+        await session.close()
+
+
+async def test_asr_failure_renegotiates_on_the_live_socket_keeping_mute(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        session.mic_enabled = False
+        sid = staging.live_sids[0]
+        stv_link = session.media.stv if session.media else None
+        await staging.faults.ice_failure("asr")
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data == {
+            "channel": "asr",
+            "method": "renegotiate",
+            "duration": ev.data["duration"],
+        }
+        offers = [r.payload for r in staging.received_events("asr-webrtc-offer")]
+        assert [o["is_reconnect"] for o in offers] == [False, True]
+        assert session.media is not None and session.media.stv is stv_link  # downlink untouched
+        await asyncio.sleep(0.5)
+        stats = staging.media.asr_stats(sid)
+        assert stats.last_rms == 0.0  # still muted after the new peer
+        assert len(staging.received_events("join")) == 1
+    finally:
+        await session.close()
+
+
+async def test_silently_dead_uplink_is_detected_by_missing_receiver_reports(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        started = time.monotonic()
+        await staging.faults.ice_failure("asr", mode="blackhole")
+        recovering = await session.wait_for("media_recovering", 8)
+        assert recovering.data["channel"] == "asr"
+        assert time.monotonic() - started < MEDIA.media_stall_timeout + 1.5
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "asr"
+    finally:
+        await session.close()
+
+
+async def test_whep_404_on_resubscribe_asks_for_a_fresh_stv_session_once(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        staging.faults.whep_404(times=1)
+        await staging.faults.ice_failure("stv")
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "stv"
+        assert len(staging.received_events("stvNewSession")) == 2
+        assert session.state == "connected"
+    finally:
+        await session.close()
+
+
+async def test_stv_session_gone_twice_escalates_to_a_cold_reconnect(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        thread = session.thread_id
+        staging.faults.whep_404(times=2)
+        await staging.faults.ice_failure("stv")
+        ev = await session.wait_for("reconnected", 10)
+        assert ev.data["tier"] == "cold"
+        assert session.state == "connected"
+        joins = staging.received_events("join")
+        assert len(joins) == 2
+        if thread is not None:
+            assert joins[-1].payload["kaltura"]["threadId"] == thread
+    finally:
+        await session.close()
+
+
+async def test_both_channels_down_at_once_both_recover(staging: StagingServer) -> None:
+    session = await _connected(staging)
+    try:
+        channels: list[str] = []
+        session.on("media_recovered", lambda e: channels.append(e.data["channel"]))
+        await staging.faults.ice_failure("stv")
+        await staging.faults.ice_failure("asr")
+        for _ in range(40):
+            if sorted(channels) == ["asr", "stv"]:
+                break
+            await asyncio.sleep(0.2)
+        assert sorted(channels) == ["asr", "stv"]
+        assert session.state == "connected"
+    finally:
+        await session.close()
