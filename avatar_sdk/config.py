@@ -58,6 +58,9 @@ class SessionConfig:
     ice_zero_candidates_floor: float = 3.0
     media_stall_timeout: float = 2.0
     socket_probe_interval: float = 5.0
+    #: How long a probe (a ``checkAvailability`` round trip) may take before the socket
+    #: counts as dead; also the verification of a socket-tier recovery.
+    socket_probe_timeout: float = 1.0
     brain_stall_timeout: float = 12.0
     tool_spiral_limit: int = 10
     hard_tool_spiral_limit: int | None = None

@@ -42,11 +42,13 @@ from .transport.quality import ByteMark, summarize
 from .transport.stv import FanoutTrack
 from .urls import check_url
 from .wire import (
+    AvailabilityResult,
     ConversationEnded,
     Out,
     ProtocolError,
     SessionError,
     build_barge_in_marker,
+    build_check_availability,
     build_empty,
     build_text_entered,
     clamp_text,
@@ -114,6 +116,7 @@ class AvatarSession:
         if video:
             self._outputs["video"] = FanoutTrack("video")
         self._lanes: MediaLanes | None = None
+        self._probe_waiters: list[asyncio.Future[None]] = []
         self._subscribed = False
         self._video = bool(video)
         self._media = bool(media)
@@ -279,6 +282,8 @@ class AvatarSession:
             self._spawn(self._quality_loop(self.config.quality_interval), "quality")
         if self._media:
             self._spawn(self._media_watchdog(), "media-watchdog")
+        if self.config.socket_probe_interval > 0:
+            self._spawn(self._socket_watchdog(), "socket-watchdog")
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 
     async def _open_and_join(
@@ -371,6 +376,11 @@ class AvatarSession:
         if isinstance(parsed, SessionError):
             self._on_session_error(parsed)
             return
+        if isinstance(parsed, AvailabilityResult):
+            for waiter in self._probe_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._probe_waiters.clear()
         if self._lanes is not None:
             self._lanes.on_event(parsed)
         for public_name, data in self._view.apply(parsed):
@@ -458,6 +468,9 @@ class AvatarSession:
                     await self._fail(error, reason="auth_failed")
                     return
                 continue
+            if outcome.recovered and not await self._probe(channel, cfg.socket_probe_timeout):
+                # "Reconnected but silent" must not count: try again within the window.
+                continue
             if outcome.recovered:
                 duration = time.monotonic() - started
                 await self._machine.fire("recovered")
@@ -544,6 +557,56 @@ class AvatarSession:
         self._health_reason, self._health_category = str(first.code), str(first.category)
         await self._machine.fire("session_lost")
         await self._cold_reconnect(f"media recovery failed ({first.code})")
+
+    # -- socket liveness -----------------------------------------------------------------------
+    async def _probe(self, channel: ControlChannel, timeout: float) -> bool:
+        """One ``checkAvailability`` round trip: is the server really reading this socket?"""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._probe_waiters.append(waiter)
+        try:
+            await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
+            await asyncio.wait_for(waiter, timeout)
+        except (AvatarError, TimeoutError):
+            return False
+        finally:
+            if waiter in self._probe_waiters:
+                self._probe_waiters.remove(waiter)
+        return True
+
+    async def _socket_watchdog(self) -> None:
+        """Probe a quiet control socket: a silently dead one (no close, no ping answer) is
+        found in ``socket_probe_interval + socket_probe_timeout`` instead of Engine.IO's
+        ping timeout (up to 45 s), then handed to the socket tier like any drop."""
+        cfg = self.config
+        step = min(0.5, cfg.socket_probe_interval / 4)
+        while not self._machine.terminal:
+            await asyncio.sleep(step)
+            channel = self._channel
+            if channel is None or not channel.connected:
+                continue
+            if not self._machine.is_in("connected", "paused", "recovering_media"):
+                continue
+            if time.monotonic() - channel.last_activity < cfg.socket_probe_interval:
+                continue
+            if (
+                not await self._probe(channel, cfg.socket_probe_timeout)
+                and channel is self._channel
+            ):
+                log.info("control socket unresponsive; treating it as dropped")
+                self._stats["dead_socket_detections"] = (
+                    self._stats.get("dead_socket_detections", 0) + 1
+                )
+                await channel.drop("ping timeout")
+
+    def notify_network_change(self) -> None:
+        """The host's network changed: probe the control socket at once instead of waiting
+        for it to go quiet (media channels are checked every 0.1 s anyway)."""
+        if self._machine.terminal:
+            return
+        channel = self._channel
+        if channel is not None:
+            channel.last_activity = 0.0  # the next watchdog tick probes at once
+        self._emit("network_changed", {})
 
     # -- tier 3: cold reconnect ---------------------------------------------------------------
     async def _cold_reconnect(self, reason: str) -> None:

@@ -272,6 +272,22 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
         await socket.queue.put(None)  # wakes the websocket writer, which closes the websocket
         return True
 
+    def blackhole(self, sid: str) -> bool:
+        """Make the client's transport silently dead: nothing sent, everything received
+        ignored, no close (a NAT rebinding or a frozen middlebox)."""
+        session = self.sessions_by_sid.get(sid)
+        eio_sid = session.eio_sid if session is not None else self.manager.eio_sid_from_sid(sid, NS)
+        socket = self.eio.sockets.get(eio_sid) if eio_sid is not None else None
+        if socket is None:
+            return False
+
+        async def swallow(*_: Any, **__: Any) -> None:
+            return None
+
+        socket.send = swallow
+        socket.receive = swallow
+        return True
+
     def close_all_sessions(self) -> None:
         """Cancel every pending recovery timer (server shutdown)."""
         for session in list(self.sessions_by_sid.values()):

@@ -46,6 +46,12 @@ class Faults:
         for sid in list(self._server.conversations):
             await self._server.sio.disconnect(sid)
 
+    def silent_socket(self) -> int:
+        """Every control socket goes silently dead (no close, no pings): only a client-side
+        probe can notice before Engine.IO's ping timeout."""
+        self.injected.append("silent_socket")
+        return sum(1 for sid in list(self._server.conversations) if self._server.sio.blackhole(sid))
+
     def recovery_window(self, seconds: float) -> None:
         """Server-side connection-state-recovery window (default 20 s)."""
         self._server.sio.recovery_window = seconds

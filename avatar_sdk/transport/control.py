@@ -180,9 +180,11 @@ class ControlChannel:
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
         self.events_out += 1
 
-    async def drop(self) -> None:
-        """Kill the transport without a goodbye (tests, and a socket judged dead by a probe)."""
-        await self._drop_quietly()
+    async def drop(self, reason: str = "ping timeout") -> None:
+        """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.abort(reason)
 
     async def close(self, timeout: float) -> None:
         """Disconnect gracefully (bounded) and release everything this channel owns."""

@@ -144,9 +144,16 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
                 await http.close()
         self.eio.http = None
 
-    async def abort(self) -> None:
-        """Drop the transport at once without any goodbye (used on timeouts and by tests)."""
-        self._closing = True
+    async def abort(self, reason: str | None = None) -> None:
+        """Drop the transport at once without any goodbye.
+
+        With a ``reason`` (a socket judged dead by a probe) the drop is reported with it,
+        like any other transport failure; without one it counts as our own disconnect.
+        """
+        if reason is not None:
+            self.disconnect_reason = reason
+        else:
+            self._closing = True
         eio = self.eio
         with contextlib.suppress(Exception):
             if eio.ws is not None:

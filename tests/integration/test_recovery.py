@@ -167,3 +167,39 @@ async def test_cold_reconnect_gives_up_after_its_budget(
     await asyncio.sleep(0.05)
     assert sdk_tasks() == []
     assert staging.live_sids == []
+
+
+async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    cfg = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.3)
+    session = make_session(config=cfg)
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    await asyncio.sleep(0.2)
+    started = asyncio.get_running_loop().time()
+    assert staging.faults.silent_socket() == 1
+    lost = await session.wait_for("reconnecting", 5)
+    detected = asyncio.get_running_loop().time() - started
+    assert lost.data["reason"] == "ping timeout"
+    assert detected < cfg.socket_probe_interval + cfg.socket_probe_timeout + 0.6
+    ev = await session.wait_for("reconnected", 10)
+    # Our abort closes the TCP connection, so the staging server notices and can restore
+    # the session; a server behind a dead NAT would not, and the cold tier takes over.
+    assert ev.data["tier"] in ("socket", "cold")
+    assert session.state == "connected"
+    await session.speak("still here")
+    await session.wait_for("agent_turn_ended", 3)
+
+
+async def test_probe_keeps_a_quiet_healthy_socket(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    cfg = FAST.with_(socket_probe_interval=0.3, socket_probe_timeout=0.3)
+    session = make_session(config=cfg)
+    await session.connect()
+    names: list[str] = []
+    session.on("*", lambda e: names.append(e.name))
+    await asyncio.sleep(2.0)
+    assert "reconnecting" not in names
+    assert len(staging.received_events("checkAvailability")) >= 3  # it did probe
