@@ -138,8 +138,12 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
 
     async def _close_http(self) -> None:
         # engineio keeps its aiohttp session across reconnects; close it when we are done.
+        # A session the caller passed in (external) is the caller's to close, and must stay
+        # in place: engineio would otherwise create (and leak) a private one on reconnect.
+        if self.eio.external_http:
+            return
         http = self.eio.http
-        if http is not None and not self.eio.external_http and not http.closed:
+        if http is not None and not http.closed:
             with contextlib.suppress(Exception):
                 await http.close()
         self.eio.http = None
