@@ -67,6 +67,19 @@ class SessionConfig:
     recover_from_spiral: bool = True
     cold_reconnect: RetryPolicy = field(default_factory=RetryPolicy)
     capacity_max_wait: float = 300.0
+    #: Seconds queued before each new attempt when the backend has no capacity (the
+    #: reference schedule, clamped at its last entry, ±15% jitter).
+    capacity_backoff: tuple[float, ...] = (
+        30.0,
+        45.0,
+        60.0,
+        90.0,
+        120.0,
+        180.0,
+        240.0,
+        300.0,
+        360.0,
+    )
     close_timeout: float = 2.0
     idle_timeout: float = 900.0
     complete_on_server_end: bool = False
@@ -82,6 +95,12 @@ class SessionConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or value is None or isinstance(value, RetryPolicy):
+                continue
+            if isinstance(value, tuple):
+                if not all(
+                    isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in value
+                ):
+                    raise ValueError(f"SessionConfig.{f.name} must hold finite numbers >= 0")
                 continue
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"SessionConfig.{f.name} must be a finite number >= 0")

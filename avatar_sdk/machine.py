@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -155,6 +156,18 @@ def decide_disconnect(state: str, reason: str) -> DisconnectDecision:
             return DisconnectDecision("recover_socket", reason)
         return DisconnectDecision("end", reason)
     return DisconnectDecision("ignore", reason)
+
+
+def capacity_delay(
+    schedule: tuple[float, ...], attempt: int, rng: random.Random | None = None
+) -> float:
+    """Seconds to stay ``queued`` before retry ``attempt`` (1-based): the schedule's entry,
+    clamped at its last one, with the reference client's ±15% jitter so that a crowd of
+    waiting clients does not retry in lockstep."""
+    if not schedule:
+        return 0.0
+    base = schedule[min(max(attempt, 1), len(schedule)) - 1]
+    return float(base * (rng or random).uniform(0.85, 1.15))
 
 
 def decide_connect_failure(code: ErrorCode) -> str:

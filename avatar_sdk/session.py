@@ -31,7 +31,7 @@ from .connector import (
 from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, Category, ErrorCode
 from .events import Callback, Event, EventBus
-from .machine import SessionMachine, decide_connect_failure, decide_disconnect
+from .machine import SessionMachine, capacity_delay, decide_connect_failure, decide_disconnect
 from .redact import register_secret
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
@@ -256,8 +256,7 @@ class AvatarSession:
         started = time.monotonic()
         await self._machine.fire("start")
         try:
-            deadline = Deadline(self.config.overall_connect_timeout)
-            await self._open_and_join(deadline, advance=self._machine.fire)
+            await self._connect_until_admitted()
             await self._machine.fire("approved")
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -269,9 +268,6 @@ class AvatarSession:
                 raise AvatarError(ErrorCode.CLOSED, "close() was called during connect()") from None
             raise
         except AvatarError as error:
-            trigger = decide_connect_failure(error.code)
-            # Capacity queueing lands with the resilience work; until then it fails like the rest.
-            del trigger
             await self._fail(error, reason=f"connect failed: {error.code}")
             raise
         finally:
@@ -285,6 +281,49 @@ class AvatarSession:
         if self.config.socket_probe_interval > 0:
             self._spawn(self._socket_watchdog(), "socket-watchdog")
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+
+    async def _connect_until_admitted(self) -> None:
+        """The connect sequence, waiting in ``queued`` while the backend has no capacity.
+
+        ``throwToNoAgent`` ends that socket server-side; after the capacity backoff a fresh
+        socket joins again. The whole wait is bounded by ``capacity_max_wait``.
+        """
+        cfg = self.config
+        queued_since: float | None = None
+        attempt = 0
+        while True:
+            try:
+                await self._open_and_join(
+                    Deadline(cfg.overall_connect_timeout), advance=self._machine.fire
+                )
+                return
+            except AvatarError as error:
+                if decide_connect_failure(error.code) != "capacity_unavailable":
+                    raise
+                attempt += 1
+                now = time.monotonic()
+                queued_since = queued_since if queued_since is not None else now
+                delay = capacity_delay(cfg.capacity_backoff, attempt)
+                if now + delay - queued_since > cfg.capacity_max_wait:
+                    raise AvatarError(
+                        ErrorCode.CAPACITY_UNAVAILABLE,
+                        f"no capacity within capacity_max_wait={cfg.capacity_max_wait:g}s",
+                    ) from None
+            await self._release_attempt()
+            await self._machine.fire("capacity_unavailable")
+            self._health_reason, self._health_category = "capacity_unavailable", "capacity"
+            self._emit("queued", {"attempt": attempt, "retry_in": delay})
+            self._backoff = True
+            await asyncio.sleep(delay)
+            self._backoff = False
+            await self._machine.fire("retry")
+
+    async def _release_attempt(self) -> None:
+        """Close the socket and peers of a failed attempt (before waiting or retrying)."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close(self.config.close_timeout / 2)
+        await self._close_media()
 
     async def _open_and_join(
         self, deadline: Deadline, advance: Callable[[str], Coroutine[Any, Any, bool]]

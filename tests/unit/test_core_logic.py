@@ -14,6 +14,7 @@ from avatar_sdk.events import EventBus
 from avatar_sdk.machine import (
     STEP_TIMEOUTS,
     SessionMachine,
+    capacity_delay,
     decide_connect_failure,
     decide_disconnect,
     mermaid,
@@ -155,3 +156,11 @@ def test_redacting_filter_scrubs_registered_secrets() -> None:
     )
     RedactingFilter().filter(record)
     assert "tok-SUPER-secret-123" not in record.getMessage()
+
+
+def test_capacity_delay_clamps_and_jitters_within_15_percent() -> None:
+    rng = random.Random(1)
+    schedule = (30.0, 45.0, 60.0)
+    assert 25.5 <= capacity_delay(schedule, 1, rng) <= 34.5
+    assert all(51.0 <= capacity_delay(schedule, n, rng) <= 69.0 for n in (3, 4, 50))
+    assert capacity_delay((), 1) == 0.0
