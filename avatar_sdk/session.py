@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -31,6 +32,7 @@ from .connector import (
 from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, Category, ErrorCode
 from .events import Callback, Event, EventBus
+from .journal import Journal
 from .machine import SessionMachine, capacity_delay, decide_connect_failure, decide_disconnect
 from .redact import register_secret
 from .transport.asr import UplinkTrack
@@ -95,6 +97,7 @@ class AvatarSession:
         config: SessionConfig | None = None,
         allow_insecure_transport: bool = False,
         turn: TurnConfig | None = None,
+        journal: str | Path | None = None,
     ) -> None:
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
@@ -122,9 +125,12 @@ class AvatarSession:
         self._media = bool(media)
         self.config = config or SessionConfig()
         self._bus = EventBus()
+        self._sticky_id = new_sticky_id()
+        self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
+        if self._journal is not None:
+            self._bus.on("*", self._journal.record)
         self._machine = SessionMachine(on_change=self._on_state_change)
         self._view = ConversationView(thread_id=thread_id)
-        self._sticky_id = new_sticky_id()
         self._room_id: str | None = None
         self._channel: ControlChannel | None = None
         self._handshake: Handshake | None = None
@@ -883,6 +889,8 @@ class AvatarSession:
             },
         )
         await self._bus.aclose()
+        if self._journal is not None:
+            self._journal.close()
 
     async def _fail(self, error: AvatarError, *, reason: str) -> None:
         """Terminal failure: ``error`` event, teardown, ``failed``, ``ended``."""
@@ -903,6 +911,8 @@ class AvatarSession:
             },
         )
         await self._bus.aclose()
+        if self._journal is not None:
+            self._journal.close()
 
     async def _teardown(self, error: AvatarError) -> None:
         """Release every task, socket and waiter this session owns (bounded)."""

@@ -1,0 +1,125 @@
+"""Journal, bounded teardown from awkward states, and faults stacked on recoveries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
+from avatar_sdk.media import ToneSource
+from avatar_sdk.testing import StagingServer
+
+from .conftest import FAST, SessionFactory, sdk_tasks
+from .test_media_session import open_peers
+
+MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
+
+
+async def test_journal_records_the_incident_without_secrets_or_content(
+    staging: StagingServer, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    path = tmp_path / "session.jsonl"
+    session = make_session(journal=path)
+    await session.connect()
+    await session.speak("my private question")
+    await session.wait_for("agent_turn_ended", 2)
+    await staging.faults.drop_socket()
+    await session.wait_for("reconnected", 3)
+    await session.close()
+    text = path.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    names = [entry["event"] for entry in lines]
+    assert names[0] == "state_changed" and names[-1] == "ended"
+    assert {"connected", "reconnecting", "reconnected"} <= set(names)
+    assert staging.token not in text
+    assert "my private question" not in text and "agent_text" not in names
+    assert all(entry["session"] == session.sticky_id for entry in lines)
+
+
+async def test_close_is_bounded_while_a_whep_post_never_answers(staging: StagingServer) -> None:
+    staging.faults.stuck_ice("stv", mode="no_answer")
+    session = AvatarSession(
+        staging.url, staging.token, audio=ToneSource(), allow_insecure_transport=True, config=MEDIA
+    )
+    task = asyncio.ensure_future(session.connect())
+    for _ in range(100):
+        if session.state == "connecting_video":
+            break
+        await asyncio.sleep(0.05)
+    assert session.state == "connecting_video"
+    started = time.monotonic()
+    await session.close()
+    assert time.monotonic() - started < MEDIA.close_timeout + 0.5
+    with pytest.raises(AvatarError):
+        await task
+    await asyncio.sleep(0.1)
+    assert sdk_tasks() == []
+    staging.faults.clear()
+    await staging.stop()
+    assert open_peers() == []
+
+
+async def test_close_is_bounded_in_the_middle_of_a_cold_reconnect(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    staging.faults.withhold("joinComplete")  # the cold attempt hangs in its join
+    await staging.faults.drop_socket(recovery=False)
+    for _ in range(100):
+        if session.state == "cold_reconnecting":
+            break
+        await asyncio.sleep(0.02)
+    assert session.state == "cold_reconnecting"
+    started = time.monotonic()
+    await session.close()
+    assert time.monotonic() - started < FAST.close_timeout + 0.5
+    assert session.state == "ended"
+    await asyncio.sleep(0.1)
+    assert sdk_tasks() == []
+    assert staging.live_sids == []
+
+
+async def test_a_drop_during_the_cold_tier_is_survived(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(config=FAST.with_(cold_reconnect=RetryPolicy(max_attempts=4, base=0.05)))
+    await session.connect()
+    staging.faults.latency(0.05)  # slow the rebuild so the second fault lands inside it
+    await staging.faults.drop_socket(recovery=False)
+    for _ in range(100):
+        if session.state == "cold_reconnecting" and staging.live_sids:
+            break
+        await asyncio.sleep(0.01)
+    await staging.faults.drop_socket(recovery=False)
+    staging.faults.clear()
+    ev = await session.wait_for("reconnected", 10)
+    assert ev.data["tier"] == "cold"
+    assert session.state == "connected"
+    await session.speak("after two faults")
+    await session.wait_for("agent_turn_ended", 3)
+
+
+async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> None:
+    session = AvatarSession(
+        staging.url,
+        staging.token,
+        audio=ToneSource(),
+        allow_insecure_transport=True,
+        config=MEDIA.with_(cold_reconnect=RetryPolicy(max_attempts=1)),
+    )
+    await session.connect()
+    staging.faults.withhold("onServerConnected")
+    await staging.faults.drop_socket(recovery=False)
+    await session.wait_for("ended", 10)
+    assert session.state == "failed"
+    await asyncio.sleep(0.1)
+    assert sdk_tasks() == []
+    assert staging.live_sids == []
+    staging.faults.clear()
+    await staging.stop()
+    assert open_peers() == []
