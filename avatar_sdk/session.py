@@ -46,12 +46,18 @@ from .urls import check_url
 from .wire import (
     AvailabilityResult,
     ConversationEnded,
+    In,
     Out,
+    PauseSessionExpired,
     ProtocolError,
     SessionError,
+    SessionReadyForResume,
+    StvNewSession,
+    build_approved_permissions,
     build_barge_in_marker,
     build_check_availability,
     build_empty,
+    build_stv_new_session,
     build_text_entered,
     clamp_text,
     new_room_id,
@@ -120,6 +126,9 @@ class AvatarSession:
             self._outputs["video"] = FanoutTrack("video")
         self._lanes: MediaLanes | None = None
         self._probe_waiters: list[asyncio.Future[None]] = []
+        self._released = False
+        self._agent_ready = asyncio.Event()
+        self._agent_ready.set()
         self._subscribed = False
         self._video = bool(video)
         self._media = bool(media)
@@ -339,25 +348,7 @@ class AvatarSession:
         self._room_id = new_room_id()
 
         async def media_steps(result: HandshakeResult) -> None:
-            lanes = MediaLanes(
-                config=self.config,
-                uplink_track=self._uplink_track,
-                outputs=self._outputs,
-                video=self._video,
-                allow_private=self._allow_insecure,
-                turn=self._turn,
-            )
-            self._lanes = lanes
-            lanes.room_id = self._room_id
-            await lanes.start_asr(
-                emit=channel.emit,
-                wait=lambda name: wait_step(handshake, self.config, deadline, name),
-                socket_id=channel.sid or "",
-            )
-            await advance("asr_ready")
-            await lanes.start_stv(result.stv, deadline.remaining)
-            self._subscribed = self._subscribed or lanes.stv is not None
-            await advance("video_ready")
+            await self._start_media(channel, handshake, deadline, result.stv, advance)
 
         await run_handshake(
             channel,
@@ -374,6 +365,35 @@ class AvatarSession:
         if self._channel is not channel:  # replaced or closed underneath us
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "channel replaced during connect")
         await self._apply_mic_state()
+
+    async def _start_media(
+        self,
+        channel: ControlChannel,
+        handshake: Handshake,
+        deadline: Deadline,
+        stv: StvNewSession | None,
+        advance: Callable[[str], Coroutine[Any, Any, bool]],
+    ) -> None:
+        """Steps 9-10: the ASR uplink, then the STV downlink and its playable gate."""
+        lanes = MediaLanes(
+            config=self.config,
+            uplink_track=self._uplink_track,
+            outputs=self._outputs,
+            video=self._video,
+            allow_private=self._allow_insecure,
+            turn=self._turn,
+        )
+        self._lanes = lanes
+        lanes.room_id = self._room_id
+        await lanes.start_asr(
+            emit=channel.emit,
+            wait=lambda name: wait_step(handshake, self.config, deadline, name),
+            socket_id=channel.sid or "",
+        )
+        await advance("asr_ready")
+        await lanes.start_stv(stv, deadline.remaining)
+        self._subscribed = self._subscribed or lanes.stv is not None
+        await advance("video_ready")
 
     def _require_handshake(self) -> Handshake:
         if self._handshake is None:
@@ -421,6 +441,13 @@ class AvatarSession:
         if isinstance(parsed, SessionError):
             self._on_session_error(parsed)
             return
+        if isinstance(parsed, SessionReadyForResume | PauseSessionExpired):
+            # The server let go of the avatar's media while paused; resume() rebuilds it.
+            self._released = True
+            expired = isinstance(parsed, PauseSessionExpired)
+            self._emit("session_released", {"reason": "pause_expired" if expired else "ready"})
+        if name == In.SHOW_AGENT and not self._machine.is_in("connecting"):
+            self._agent_ready.set()
         if isinstance(parsed, AvailabilityResult):
             for waiter in self._probe_waiters:
                 if not waiter.done():
@@ -447,6 +474,10 @@ class AvatarSession:
                 "session_error", {"code": event.code, "recoverable": True, "message": event.message}
             )
             self._emit("error", err.as_event())
+            # A restarting agent drops user turns: hold them until it is back (showAgent),
+            # or for agent_timeout at most, then deliver them in order.
+            self._agent_ready.clear()
+            self._spawn(self._await_agent_ready(), "agent-restart")
             return
         recoverable = event.code not in AGENT_FATAL_CODES
         self._emit(
@@ -460,6 +491,12 @@ class AvatarSession:
                 ),
                 "fail",
             )
+
+    async def _await_agent_ready(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._agent_ready.wait(), self.config.agent_timeout)
+        self._agent_ready.set()
+        await self._flush_held()
 
     def _on_channel_disconnect(self, channel: ControlChannel, reason: str) -> None:
         if channel is not self._channel:
@@ -753,10 +790,12 @@ class AvatarSession:
         if not isinstance(text, str) or not text.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = clamp_text(text)
-        if self._machine.is_in("connected", "recovering_media"):
+        if self._machine.is_in("connected", "recovering_media") and self._agent_ready.is_set():
             await self._send_turn(text)
             return
-        if self._machine.is_in("reconnecting", "cold_reconnecting", "queued"):
+        if self._machine.is_in("reconnecting", "cold_reconnecting", "queued") or (
+            self._machine.is_in("connected", "recovering_media") and not self._agent_ready.is_set()
+        ):
             if len(self._held) >= MAX_HELD_TURNS:
                 raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -770,7 +809,7 @@ class AvatarSession:
         await self._send(Out.TEXT_ENTERED, build_text_entered(text))
 
     async def _flush_held(self) -> None:
-        while self._held and self._machine.is_in("connected"):
+        while self._held and self._machine.is_in("connected") and self._agent_ready.is_set():
             text, fut = self._held.popleft()
             try:
                 await self._send_turn(text)
@@ -826,9 +865,45 @@ class AvatarSession:
         await self._machine.fire("pause")
 
     async def resume(self) -> None:
-        """Resume a paused conversation."""
+        """Resume a paused conversation.
+
+        If the server released the media while paused (``session_released``), the session
+        asks for a new STV session, rebuilds both peers and approves again before it counts
+        as connected; a failure there ends the session (``resume_failed``).
+        """
         self._require_state("paused")
-        await self._send(Out.RESUME_CONVERSATION, build_empty())
+        if not self._released:
+            await self._send(Out.RESUME_CONVERSATION, build_empty())
+            await self._machine.fire("resume")
+            return
+        channel = self._require_channel()
+        handshake = self._handshake = Handshake()
+        deadline = Deadline(self.config.overall_connect_timeout)
+        try:
+            await self._send(Out.RESUME_CONVERSATION, build_empty())
+            await self._close_media()
+            await channel.emit(Out.STV_NEW_SESSION, build_stv_new_session(self._room_id or ""))
+            await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
+            stv = await wait_step(handshake, self.config, deadline, In.STV_NEW_SESSION)
+            if self._media:
+
+                async def stay(_: str) -> bool:
+                    return True
+
+                await self._start_media(
+                    channel,
+                    handshake,
+                    deadline,
+                    stv if isinstance(stv, StvNewSession) else None,
+                    stay,
+                )
+            await channel.emit(
+                Out.APPROVED_PERMISSIONS, build_approved_permissions(self._room_id or "")
+            )
+        except AvatarError as error:
+            await self._fail(error, reason="resume_failed")
+            raise
+        self._released = False
         await self._machine.fire("resume")
 
     def _require_state(self, *states: str) -> None:

@@ -88,12 +88,29 @@ class Faults:
         for conv in list(self._server.conversations.values()):
             await conv.emit(In.CONVERSATION_TIME_WARNING, {"remainingTime": remaining})
 
-    async def agent_crash(self, recoverable: bool = True) -> None:
-        """``session_error`` AGENT_CHILD_CRASHED_RESTARTED (recoverable) or AGENT_CHILD_CRASHED."""
+    async def agent_crash(self, recoverable: bool = True, restart_after: float = 0.3) -> None:
+        """``session_error`` AGENT_CHILD_CRASHED_RESTARTED (recoverable) or AGENT_CHILD_CRASHED.
+
+        A restarting agent ignores user turns (they are lost server-side) until it is back,
+        ``restart_after`` seconds later, which it announces with ``showAgent``.
+        """
         self.injected.append("agent_crash")
         code = "AGENT_CHILD_CRASHED_RESTARTED" if recoverable else "AGENT_CHILD_CRASHED"
         for conv in list(self._server.conversations.values()):
+            conv.cancel_turn()
+            conv.agent_down = True
             await conv.emit(In.SESSION_ERROR, {"code": code, "message": "agent process exited"})
+            if recoverable:
+                conv.schedule_agent_restart(restart_after)
+
+    async def release_session(self, expired: bool = False) -> None:
+        """While paused: the server releases the avatar's media and says so
+        (``sessionReadyForResume``, or ``pauseSessionExpired`` with ``expired=True``)."""
+        self.injected.append("release_session")
+        for sid, conv in list(self._server.conversations.items()):
+            await self._server.media.close_conversation(sid)
+            event = In.PAUSE_SESSION_EXPIRED if expired else In.SESSION_READY_FOR_RESUME
+            await conv.emit(event, {})
 
     async def malformed(self, event_name: str, payload: Any = None) -> None:
         """Send ``event_name`` with a payload of the wrong shape."""

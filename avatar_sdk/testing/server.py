@@ -62,6 +62,9 @@ class Conversation:
         self.turn_task: asyncio.Task[None] | None = None
         self.turn_counter = itertools.count(1)
         self.user_turns: list[str] = []
+        self.dropped_turns: list[str] = []
+        self.agent_down = False
+        self._restart: asyncio.TimerHandle | None = None
         self.ended = False
 
     async def emit(self, event: str, payload: Any) -> None:
@@ -126,9 +129,22 @@ class Conversation:
             await self.emit(In.AGENT_INTERRUPTED, {})
             await self.emit(In.STV_FINISHED_TALKING, {"agentContent": ""})
 
+    def schedule_agent_restart(self, delay: float) -> None:
+        """The agent comes back after ``delay`` and says so with ``showAgent``."""
+
+        def back() -> None:
+            self.agent_down = False
+            if not self.ended:
+                task = asyncio.ensure_future(self.emit(In.SHOW_AGENT, {}))
+                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+        self._restart = asyncio.get_running_loop().call_later(delay, back)
+
     def close(self) -> None:
         self.ended = True
         self.cancel_turn()
+        if self._restart is not None:
+            self._restart.cancel()
 
 
 class StagingServer:
@@ -391,6 +407,9 @@ class StagingServer:
             return
         text = data.get("text")
         if data.get("isFinal") is True and isinstance(text, str) and text.strip():
+            if conv.agent_down:
+                conv.dropped_turns.append(text)  # nobody is there to answer it
+                return
             conv.user_turns.append(text)
             conv.start_turn("transcript", text)
 

@@ -171,3 +171,31 @@ async def test_both_channels_down_at_once_both_recover(staging: StagingServer) -
         assert session.state == "connected"
     finally:
         await session.close()
+
+
+async def test_resume_after_the_server_released_the_media_rebuilds_it(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging)
+    try:
+        await session.pause()
+        released = asyncio.ensure_future(session.wait_for("session_released", 3))
+        await staging.faults.release_session()
+        assert (await released).data["reason"] == "ready"
+        await asyncio.sleep(0.3)
+        recovering: list[object] = []
+        session.on("media_recovering", recovering.append)
+        await session.resume()
+        assert session.state == "connected"
+        assert len(staging.received_events("stvNewSession")) == 2
+        assert staging.media.whep_posts == 2
+        video = session.avatar_video
+        assert video is not None
+        assert await asyncio.wait_for(video.recv(), 3) is not None
+        sid = staging.live_sids[0]
+        await asyncio.sleep(0.8)
+        assert staging.media.asr_stats(sid).frames > 0
+        assert recovering == []  # a rebuild on resume, not a recovery
+        assert len(staging.received_events("join")) == 1
+    finally:
+        await session.close()

@@ -211,3 +211,24 @@ async def test_calls_in_the_wrong_state_are_invalid_state(make_session: SessionF
     assert info.value.code is ErrorCode.INVALID_STATE
     with pytest.raises(AvatarError):
         await session.pause()
+
+
+async def test_turns_spoken_while_the_agent_restarts_are_held_then_delivered_in_order(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    waiter = asyncio.ensure_future(session.wait_for("session_error", 2))
+    await staging.faults.agent_crash(recoverable=True, restart_after=0.3)
+    await waiter
+    conv = staging.conversations[staging.live_sids[0]]
+    first = asyncio.ensure_future(session.speak("first while restarting"))
+    second = asyncio.ensure_future(session.speak("second while restarting"))
+    await asyncio.sleep(0.1)
+    assert not first.done()  # held, not thrown at a restarting agent
+    await asyncio.wait_for(asyncio.gather(first, second), 3)
+    await asyncio.sleep(0.1)
+    assert conv.dropped_turns == []
+    assert conv.user_turns == ["first while restarting", "second while restarting"]
+    assert session.state == "connected"
