@@ -170,6 +170,23 @@ def capacity_delay(
     return float(base * (rng or random).uniform(0.85, 1.15))
 
 
+class ClockJumpDetector:
+    """Notices a suspend/resume: the wall clock advanced much more than the monotonic clock
+    between two checks (CLOCK_MONOTONIC stops while the host sleeps)."""
+
+    def __init__(self, threshold: float = 2.0) -> None:
+        self.threshold = threshold
+        self._last: tuple[float, float] | None = None
+
+    def check(self, wall: float, mono: float) -> float | None:
+        """Seconds the host was away since the last check, or None."""
+        last, self._last = self._last, (wall, mono)
+        if last is None:
+            return None
+        gap = (wall - last[0]) - (mono - last[1])
+        return gap if gap > self.threshold else None
+
+
 def decide_connect_failure(code: ErrorCode) -> str:
     """Trigger for a failed connect attempt: capacity waits in ``queued``, the rest fail."""
     return "capacity_unavailable" if code is ErrorCode.CAPACITY_UNAVAILABLE else "fail"

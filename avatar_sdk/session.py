@@ -33,7 +33,13 @@ from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, Category, ErrorCode
 from .events import Callback, Event, EventBus
 from .journal import Journal
-from .machine import SessionMachine, capacity_delay, decide_connect_failure, decide_disconnect
+from .machine import (
+    ClockJumpDetector,
+    SessionMachine,
+    capacity_delay,
+    decide_connect_failure,
+    decide_disconnect,
+)
 from .redact import register_secret
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
@@ -661,8 +667,15 @@ class AvatarSession:
         ping timeout (up to 45 s), then handed to the socket tier like any drop."""
         cfg = self.config
         step = min(0.5, cfg.socket_probe_interval / 4)
+        clocks = ClockJumpDetector()
         while not self._machine.terminal:
             await asyncio.sleep(step)
+            jump = clocks.check(time.time(), time.monotonic())
+            if jump is not None:
+                # The host slept (the wall clock moved, the monotonic one did not): every
+                # connection may be dead without anyone having said so. Probe now.
+                log.info("host resumed after ~%.1fs asleep; probing the connection", jump)
+                self.notify_network_change()
             channel = self._channel
             if channel is None or not channel.connected:
                 continue

@@ -13,6 +13,7 @@ from avatar_sdk.errors import CATALOGUE
 from avatar_sdk.events import EventBus
 from avatar_sdk.machine import (
     STEP_TIMEOUTS,
+    ClockJumpDetector,
     SessionMachine,
     capacity_delay,
     decide_connect_failure,
@@ -164,3 +165,12 @@ def test_capacity_delay_clamps_and_jitters_within_15_percent() -> None:
     assert 25.5 <= capacity_delay(schedule, 1, rng) <= 34.5
     assert all(51.0 <= capacity_delay(schedule, n, rng) <= 69.0 for n in (3, 4, 50))
     assert capacity_delay((), 1) == 0.0
+
+
+def test_clock_jump_detector_sees_a_suspend_only() -> None:
+    detector = ClockJumpDetector(threshold=2.0)
+    assert detector.check(1000.0, 10.0) is None
+    assert detector.check(1000.5, 10.5) is None  # normal tick
+    assert detector.check(1001.5, 11.0) is None  # NTP slew of 0.5 s: ignored
+    jump = detector.check(1061.5, 11.5)  # 60 s of wall time in 0.5 s of monotonic time
+    assert jump is not None and 59.0 < jump < 60.0
