@@ -1,0 +1,92 @@
+"""GenieClient: the small HTTP API beside the conversation (tool acknowledgements and the
+``session_completed`` signal). Every call is bounded and never raises on HTTP trouble:
+it returns an outcome the caller turns into an event."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from ..redact import register_secret
+
+log = logging.getLogger(__name__)
+
+SESSION_COMPLETED_PATH = "/thread/session_completed"
+TOOL_RESPONSE_PATH = "/assistant/tool_response"
+CONVERSE_PATH = "/assistant/converse"
+
+
+@dataclass(frozen=True, slots=True)
+class GenieOutcome:
+    """How one request went. ``reason``: ``ok``, ``http_error``, ``network_error``, ``timeout``."""
+
+    ok: bool
+    reason: str
+    status: int | None = None
+
+
+class GenieClient:
+    """Authorised JSON POSTs to the genie host (``Authorization: KS <token>``)."""
+
+    def __init__(
+        self, base_url: str, token: str, *, http: aiohttp.ClientSession | None = None
+    ) -> None:
+        register_secret(token)
+        self.base_url = base_url.rstrip("/")
+        self.__token = token
+        self._http = http
+        self._own_http = http is None
+
+    def __repr__(self) -> str:
+        return f"<GenieClient {self.base_url}>"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"KS {self.__token}", "Content-Type": "application/json"}
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession()
+            self._own_http = True
+        return self._http
+
+    async def post_json(self, path: str, body: Any, timeout: float) -> GenieOutcome:
+        """POST ``body`` to ``path``; bounded by ``timeout`` seconds; never raises."""
+        url = self.base_url + path
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._session().post(url, json=body, headers=self.headers) as resp:
+                    await resp.read()
+                    if 200 <= resp.status < 300:
+                        return GenieOutcome(True, "ok", resp.status)
+                    return GenieOutcome(False, "http_error", resp.status)
+        except TimeoutError:
+            return GenieOutcome(False, "timeout")
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            log.info("genie POST %s failed: %s", path, type(exc).__name__)
+            return GenieOutcome(False, "network_error")
+
+    async def session_completed(self, thread_id: str, timeout: float) -> GenieOutcome:
+        """Tell the backend the conversation on ``thread_id`` genuinely ended."""
+        return await self.post_json(SESSION_COMPLETED_PATH, {"id": thread_id}, timeout)
+
+    async def tool_response(
+        self, *, tool_name: str, call_id: str, response: Any, timeout: float
+    ) -> GenieOutcome:
+        """Acknowledge a tool call that waits for a response."""
+        body = {
+            "tool_name": tool_name,
+            "tool_id": call_id,
+            "tool_invocation_id": call_id,
+            "response": response,
+        }
+        return await self.post_json(TOOL_RESPONSE_PATH, body, timeout)
+
+    async def close(self) -> None:
+        if self._own_http and self._http is not None and not self._http.closed:
+            await self._http.close()
+        self._http = None
