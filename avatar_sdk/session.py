@@ -32,6 +32,7 @@ from .connector import (
 from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, Category, ErrorCode
 from .events import Callback, Event, EventBus
+from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .journal import Journal
 from .machine import (
     ClockJumpDetector,
@@ -44,6 +45,7 @@ from .redact import register_secret
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
 from .transport.csr import IO_SERVER_DISCONNECT
+from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
 from .transport.quality import ByteMark, summarize
@@ -139,6 +141,8 @@ class AvatarSession:
         self._video = bool(video)
         self._media = bool(media)
         self.config = config or SessionConfig()
+        self._guards = ConversationGuards(self.config, self._emit)
+        self._genie = GenieClient(self._genie_url, token) if self._genie_url else None
         self._bus = EventBus()
         self._sticky_id = new_sticky_id()
         self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
@@ -301,6 +305,9 @@ class AvatarSession:
             self._spawn(self._media_watchdog(), "media-watchdog")
         if self.config.socket_probe_interval > 0:
             self._spawn(self._socket_watchdog(), "socket-watchdog")
+        if self.config.brain_stall_timeout > 0:
+            live = lambda: self._machine.is_in("connected")  # noqa: E731
+            self._spawn(self._guards.run_watchdog(live), "brain-watchdog")
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 
     async def _connect_until_admitted(self) -> None:
@@ -463,6 +470,9 @@ class AvatarSession:
             self._lanes.on_event(parsed)
         for public_name, data in self._view.apply(parsed):
             self._emit(public_name, data)
+        spiral = self._guards.observe(parsed)
+        if spiral is not None and self._machine.is_in("connected", "recovering_media"):
+            self._spawn(self._recover_from_spiral(), "spiral-recovery")
         if isinstance(parsed, ConversationEnded):
             reason = "conversation_ended"
             self._spawn(self._end(reason, ErrorCode.SERVER_ENDED), "end")
@@ -743,6 +753,7 @@ class AvatarSession:
             return
         duration = time.monotonic() - started
         await self._machine.fire("cold_reconnected")
+        self._guards.on_rebuilt()
         self._record_recovery("cold", duration)
         self._health_reason = self._health_category = None
         self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
@@ -793,6 +804,44 @@ class AvatarSession:
                 marks[channel] = (link, new_mark)
                 self._emit("connection_quality", data)
 
+    # -- brain guards and tools --------------------------------------------------------------
+    def on_tool_call(
+        self, name: str, handler: Callable[..., Any], schema: dict[str, Any] | None = None
+    ) -> Callable[[], None]:
+        """Run ``handler(args, call)`` (sync or async) for each call of the client-side tool
+        ``name``; with a ``schema``, invalid arguments emit ``tool_call_invalid`` instead.
+        A non-None return value is reported as ``tool_call_result``. Returns unregister."""
+        return self._guards.on_tool_call(name, handler, schema)
+
+    async def respond_to_tool(self, call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Acknowledge a tool call that waits for a response (POST to the genie host).
+
+        Returns ``{ok, reason}``: ``ok``, ``unknown_or_stale``, ``session_rebuilt``,
+        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried).
+        """
+        return await self._guards.respond_to_tool(self._genie, call_id, result)
+
+    async def _recover_from_spiral(self) -> None:
+        """The hard spiral limit tripped: rebuild on a brand-new socket (a re-join on the
+        live one is silently ignored by the server), then resend the abandoned turn once."""
+        if not await self._machine.fire("session_lost"):
+            return
+        text = self._guards.last_turn_text
+        await self._cold_reconnect("tool_spiral_hard_limit")
+        if not (self.config.recover_from_spiral and text and self._machine.is_in("connected")):
+            return
+        self._guards.last_turn_text = None
+        resend = SPIRAL_RECOVERY_PREFIX + text
+        try:
+            # Exactly one emit, no barge-in marker: the new server session is idle.
+            await self._send(Out.TEXT_ENTERED, build_text_entered(resend))
+        except AvatarError as error:
+            log.info("spiral resend failed: %s", error.code)
+            return
+        self._guards.on_user_turn(None)
+        self._guards.last_turn_text = text
+        self._emit("spiral_recovered", {"text": text})
+
     # -- turns -------------------------------------------------------------------------------------
     async def speak(self, text: str) -> None:
         """Send a user text turn (a barge-in marker first, as a real client does).
@@ -820,6 +869,7 @@ class AvatarSession:
     async def _send_turn(self, text: str) -> None:
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
         await self._send(Out.TEXT_ENTERED, build_text_entered(text))
+        self._guards.on_user_turn(text)
 
     async def _flush_held(self) -> None:
         while self._held and self._machine.is_in("connected") and self._agent_ready.is_set():
@@ -1016,6 +1066,9 @@ class AvatarSession:
             channel.close(self.config.close_timeout) if channel is not None else asyncio.sleep(0),
             self._close_media(),
         )
+        await self._guards.aclose()
+        if self._genie is not None:
+            await self._genie.close()
         for track in self._outputs.values():
             track.stop()
         self._uplink_track.stop()

@@ -23,6 +23,9 @@ class _Scripted:
     text: str | None = None
     tool_calls: list[str] = field(default_factory=list)
     stall: float | None = None
+    #: Indices into ``tool_calls`` where a new agent turn (``agent_start_speech`` with
+    #: ``isNewTurn``) begins; set by :meth:`Brain.tool_spiral`.
+    turn_splits: tuple[int, ...] = ()
 
 
 class Brain:
@@ -33,6 +36,7 @@ class Brain:
         self.greeting = "Hello! I am the staging avatar. How can I help?"
         self.chunk_words = 4
         self.turns_started = 0
+        self._active: _Scripted | None = None
 
     def reply(self, text: str) -> None:
         """The next turn's spoken answer."""
@@ -46,13 +50,44 @@ class Brain:
         """The next turn emits these raw ``tool`` segment contents (fused ones allowed)."""
         self._script.append(_Scripted(text=then, tool_calls=list(calls)))
 
+    def tool_spiral(
+        self,
+        count: int,
+        name: str = "navigate_to_slide",
+        turn_boundaries: int = 0,
+        *,
+        identical: bool = False,
+    ) -> None:
+        """The next turn is a tool-call spiral: ``count`` raw ``tool`` segments named ``name``
+        and no spoken text, split into ``turn_boundaries + 1`` agent turns.
+
+        Args vary (``{"slide": 1}``, ``{"slide": 2}``, ...) unless ``identical`` (every call
+        ``{"slide": 1}``: one dispatch, the rest de-duplicated; the spiral count is the same).
+        On the socket each extra agent turn starts with ``agent_start_speech`` (``isNewTurn``,
+        a ``wake-up`` speechId), which resets the soft tier but not the hard one. A chat
+        (converse) response is one turn whatever the boundaries.
+        """
+        count = max(0, int(count))
+        groups = max(1, int(turn_boundaries) + 1)
+        calls = [
+            f"{name} " + json.dumps({"slide": 1 if identical else i + 1}) for i in range(count)
+        ]
+        splits = tuple(sorted({(count * k) // groups for k in range(1, groups)} - {0}))
+        self._script.append(_Scripted(text=None, tool_calls=calls, turn_splits=splits))
+
     def clear(self) -> None:
         self._script.clear()
 
     def next_plan(self, user_text: str) -> _Scripted:
+        echo = f"You said: {user_text}" if user_text else "I am listening."
         if self._script:
-            return self._script.popleft()
-        return _Scripted(text=f"You said: {user_text}" if user_text else "I am listening.")
+            plan = self._script.popleft()
+            if plan.stall is not None and plan.text is None and not plan.tool_calls:
+                plan.text = echo  # a stalled brain answers normally once the stall is over
+        else:
+            plan = _Scripted(text=echo)
+        self._active = plan
+        return plan
 
     def turn_events(
         self,
@@ -62,9 +97,18 @@ class Brain:
         text: str,
         thread_id: str | None,
         tool_calls: list[str] | None = None,
+        turn_splits: tuple[int, ...] | None = None,
     ) -> list[WireEvent]:
-        """The ordered events of one spoken turn."""
+        """The ordered events of one spoken turn.
+
+        ``turn_splits`` (indices into ``tool_calls``) start a new agent turn before those
+        calls; by default they come from the plan whose ``tool_calls`` list this is.
+        """
         self.turns_started += 1
+        if turn_splits is None:
+            active = self._active
+            same_plan = active is not None and tool_calls is active.tool_calls
+            turn_splits = active.turn_splits if active is not None and same_plan else ()
         events: list[WireEvent] = [
             (In.AGENT_START_SPEECH, {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True}),
         ]
@@ -83,7 +127,17 @@ class Brain:
         if thread_id is not None:
             think["threadId"] = thread_id
         events.append(raw(think))
-        for call in tool_calls or ():
+        for index, call in enumerate(tool_calls or ()):
+            if index in turn_splits:
+                # A new agent turn in the middle of the spiral (e.g. an idle wake-up nudge).
+                speech_id = make_speech_id("wake-up")
+                turn_id = f"{turn_id}-{index}"
+                events.append(
+                    (
+                        In.AGENT_START_SPEECH,
+                        {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True},
+                    )
+                )
             events.append(raw({"type": "tool", "content": call}))
             name = call.split("{", 1)[0].strip() or "tool"
             events.append(
