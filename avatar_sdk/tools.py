@@ -161,6 +161,8 @@ def _type_ok(value: Any, expected: Any) -> bool:
     if expected == "integer":
         return _is_number(value) and float(value).is_integer()
     kinds = _TYPES.get(str(expected))
-    return kinds is not None and isinstance(value, kinds) and not (
-        expected != "boolean" and isinstance(value, bool)
+    return (
+        kinds is not None
+        and isinstance(value, kinds)
+        and not (expected != "boolean" and isinstance(value, bool))
     )
