@@ -110,17 +110,28 @@ class RecoveryTiers:
         receiver reports for ``media_stall_timeout``. Recovery runs right here, so there is
         one owner and never two recoveries of the same lanes at once."""
         tick = 0
+        watching_since: float | None = None
+        stall = self.config.media_stall_timeout
         while not self._machine.terminal:
             await asyncio.sleep(0.1)
             tick += 1
             lanes = self._lanes
             if lanes is None or not self._machine.is_in("connected"):
+                watching_since = None
                 continue
-            if tick % 3 == 0:
+            if watching_since is None:
+                watching_since = time.monotonic()  # usable again: silence counts from now
                 await lanes.poll_asr_reports()
-            down = lanes.down_channels(time.monotonic(), self.config.media_stall_timeout)
+            elif tick % 3 == 0:
+                await lanes.poll_asr_reports()
+            down = lanes.down_channels(time.monotonic(), stall, watching_since)
+            if "asr" in down and "receiver report" in down["asr"]:
+                # Never act on a stale reading: look at the peer's reports once more first.
+                await lanes.poll_asr_reports()
+                down = lanes.down_channels(time.monotonic(), stall, watching_since)
             if down:
                 await self._recover_media(lanes, down)
+                watching_since = None
 
     async def _recover_media(self, lanes: MediaLanes, down: dict[str, str]) -> None:
         if not await self._machine.fire("media_down"):

@@ -1,9 +1,11 @@
 """Figure 4: WebRTC media - first decoded avatar frame, client CPU and RSS, concurrency.
 
-Every part runs against one staging server in a *child* process (the streaming server of
-:mod:`benchmarks.throughput`, whose ``/bench/cpu`` route reports the server's CPU time), so
-the server's H264/Opus encoders are not counted in the client's CPU clock. Sessions send a
-``ToneSource`` uplink, as a bot would.
+Every part runs against one staging server in a *child* process (a ``StagingServer`` with
+a bench-only ``/bench/stats`` route: its CPU time and the frames its synthetic tracks
+produced), so the server's H264/Opus encoders are not counted in the client's CPU clock.
+Sessions send a ``ToneSource`` uplink, as a bot would. The machine's other load (``/proc/stat``
+minus client and server) is recorded for every window: the numbers are only as clean as
+the machine was quiet.
 
 (a) first frame: N sequential audio+video sessions (one warm-up not counted). Wall times
     from a ``time.monotonic()`` taken just before ``connect()`` to the first decoded video
@@ -25,7 +27,8 @@ the server's H264/Opus encoders are not counted in the client's CPU clock. Sessi
     frames (window edges included) reached 0.5 s. The ramp stops at the first level where a
     session fails (or cannot connect) or when its time budget runs out; everything is
     closed between levels. The server's encoders share the same cores, so the level found
-    is a lower bound for the client alone.
+    is a lower bound for the client alone; the frames the server produced per session in
+    the window tell whether the server or the client fell behind.
 """
 
 from __future__ import annotations
@@ -42,17 +45,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.media import ToneSource
+from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.media import GATE_SETTLE
 
 from .harness import describe_error, ms
 from .stats import FigureResult, Row, Summary
-from .throughput import serve_in_child
 
 TITLE = "media: first frame, CPU/RSS, concurrent sessions"
 
@@ -78,11 +83,52 @@ MAX_GAP = 0.5
 NOMINAL_RATE = {"video": 20.0, "audio": 50.0}  # 320x240@20fps H264, 20 ms Opus frames
 MODE_LABEL = {"av": "A/V", "audio": "audio-only"}
 LAG_PERIOD = 0.02
+OTHER_NOTICE = 0.1  # cores used by other processes worth a mention in a level's note
 SERVER_START_TIMEOUT = 30.0
 IDLE_TIMEOUT = 5.0
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+class _BenchStagingServer(StagingServer):
+    """The staging server plus one bench-only read-out: CPU time and media frames sent."""
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/bench/stats", self._bench_stats)
+
+    async def _bench_stats(self, request: web.Request) -> web.Response:
+        viewers = list(self.media.viewers.values())
+        return web.json_response(
+            {
+                "cpu": time.process_time(),
+                "video_sent": sum(v.video.frames_sent for v in viewers),
+                "audio_sent": sum(v.audio.frames_sent for v in viewers),
+                "conversations": len(self.conversations),
+            }
+        )
+
+
+async def _serve(conn: Connection) -> None:
+    async with _BenchStagingServer() as staging:
+        conn.send((staging.url, staging.token))
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+
+
+def serve_in_child(conn: Connection) -> None:
+    """Child-process entry point: run the bench staging server until the parent says stop."""
+    asyncio.run(_serve(conn))
+
+
+async def server_stats(http: aiohttp.ClientSession) -> dict[str, float]:
+    """The child server's CPU time (s, every thread), frames sent and live conversations."""
+    async with http.get("/bench/stats") as response:
+        response.raise_for_status()
+        return {key: float(value) for key, value in (await response.json()).items()}
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in after}
 
 
 def memory_kb() -> dict[str, int]:
@@ -95,6 +141,27 @@ def memory_kb() -> dict[str, int]:
             if key in ("VmHWM", "VmRSS"):
                 found[key] = int(value.split()[0])
     return found
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """Busy and total CPU seconds of the whole machine so far (Linux ``/proc/stat``)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [float(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    ticks = float(os.sysconf("SC_CLK_TCK"))
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def busy_cores(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float:
+    """Cores the whole machine kept busy between two :func:`machine_cpu` readings (nan if
+    unknown)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return float("nan")
+    cpus = os.cpu_count() or 1
+    return (after[0] - before[0]) / (after[1] - before[1]) * cpus
 
 
 def peak_kb(memory: dict[str, int]) -> int:
@@ -126,7 +193,7 @@ class ChildServer:
         self.token = ""
         self._context = multiprocessing.get_context("spawn")
         self._conn: Connection | None = None
-        self._process: Any = None
+        self._process: BaseProcess | None = None
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ChildServer:
@@ -135,11 +202,15 @@ class ChildServer:
         self._process = self._context.Process(target=serve_in_child, args=(child,), daemon=True)
         self._process.start()
         loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(None, parent.poll, SERVER_START_TIMEOUT):
-            raise RuntimeError(
-                f"the child staging server did not start in {SERVER_START_TIMEOUT} s"
-            )
-        self.url, self.token = parent.recv()
+        try:
+            if not await loop.run_in_executor(None, parent.poll, SERVER_START_TIMEOUT):
+                raise RuntimeError(
+                    f"the child staging server did not start in {SERVER_START_TIMEOUT} s"
+                )
+            self.url, self.token = parent.recv()
+        except BaseException:
+            await self.__aexit__()
+            raise
         self._http = aiohttp.ClientSession(base_url=self.url)
         return self
 
@@ -161,24 +232,16 @@ class ChildServer:
             raise RuntimeError("the child server is not running")
         return self._http
 
-    async def cpu(self) -> float:
-        """The server process's CPU time (s, every thread)."""
-        async with self._client().get("/bench/cpu") as response:
-            response.raise_for_status()
-            return float((await response.json())["cpu"])
-
-    async def conversations(self) -> int:
-        async with self._client().get("/healthz") as response:
-            response.raise_for_status()
-            return int((await response.json())["conversations"])
+    async def stats(self) -> dict[str, float]:
+        return await server_stats(self._client())
 
     async def wait_idle(self, timeout: float = IDLE_TIMEOUT) -> int:
         """Wait until the server holds no conversation; return how many are left."""
         deadline = time.monotonic() + timeout
-        left = await self.conversations()
+        left = int((await self.stats())["conversations"])
         while left and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            left = await self.conversations()
+            left = int((await self.stats())["conversations"])
         return left
 
 
@@ -228,14 +291,23 @@ async def _first_frame_once(server: ChildServer) -> FirstFrame:
         await session.close()
 
 
-async def _first_frame(server: ChildServer) -> list[FirstFrame]:
+async def _first_frame(server: ChildServer) -> tuple[list[FirstFrame], float]:
+    """The samples, and the cores other processes kept busy meanwhile."""
     samples: list[FirstFrame] = []
+    server_before = await server.stats()
+    machine_before = machine_cpu()
+    cpu_before = time.process_time()
+    started = time.monotonic()
     for index in range(FIRST_FRAME_WARMUP + FIRST_FRAME_SESSIONS):
         sample = await _first_frame_once(server)
         await server.wait_idle()
         if index >= FIRST_FRAME_WARMUP:
             samples.append(sample)
-    return samples
+    elapsed = time.monotonic() - started
+    own = time.process_time() - cpu_before
+    machine = busy_cores(machine_before, machine_cpu())
+    served = delta(await server.stats(), server_before)
+    return samples, machine - (own + served["cpu"]) / elapsed
 
 
 # --------------------------------------------------------------------------- (b) CPU and RSS
@@ -248,11 +320,6 @@ async def _probe(url: str, token: str, mode: str, count: int) -> dict[str, Any]:
     baseline = memory_kb()
     sessions: list[AvatarSession] = []
     async with aiohttp.ClientSession(base_url=url) as http:
-
-        async def server_cpu() -> float:
-            async with http.get("/bench/cpu") as response:
-                return float((await response.json())["cpu"])
-
         try:
             for _ in range(count):  # one after the other: connect bursts are not measured
                 session = media_session(url, token, video=video)
@@ -261,15 +328,17 @@ async def _probe(url: str, token: str, mode: str, count: int) -> dict[str, Any]:
             await asyncio.sleep(PROBE_SETTLE)
             kinds = ("audio", "video") if video else ("audio",)
             frames_before = {k: _frames(sessions, k) for k in kinds}
-            server_before = await server_cpu()
+            server_before = await server_stats(http)
             usage_before = resource.getrusage(resource.RUSAGE_SELF)
+            machine_before = machine_cpu()
             cpu_before = time.process_time()
             started = time.monotonic()
             await asyncio.sleep(PROBE_WINDOW)
             window = time.monotonic() - started
             cpu = time.process_time() - cpu_before
+            machine = busy_cores(machine_before, machine_cpu())
             usage_after = resource.getrusage(resource.RUSAGE_SELF)
-            server = await server_cpu() - server_before
+            server = delta(await server_stats(http), server_before)
             frames = {k: _frames(sessions, k) - frames_before[k] for k in kinds}
             peak = memory_kb()
         finally:
@@ -281,7 +350,9 @@ async def _probe(url: str, token: str, mode: str, count: int) -> dict[str, Any]:
         "client_cpu_s": cpu,
         "client_user_s": usage_after.ru_utime - usage_before.ru_utime,
         "client_sys_s": usage_after.ru_stime - usage_before.ru_stime,
-        "server_cpu_s": server,
+        "server_cpu_s": server["cpu"],
+        "machine_busy_cores": machine,
+        "other_processes_cores": machine - (cpu + server["cpu"]) / window,
         "frames_per_session_per_s": {k: v / count / window for k, v in frames.items()},
         "memory_baseline_kb": baseline,
         "memory_open_kb": peak,
@@ -410,14 +481,26 @@ class LoopLag:
 
 
 async def _connect_batch(
-    server: ChildServer, kind: str, count: int, consumers: list[Consumer]
+    server: ChildServer,
+    kind: str,
+    count: int,
+    consumers: list[Consumer],
+    recoveries: list[str],
 ) -> list[float]:
     """Connect ``count`` more sessions concurrently; each gets its consumer (appended to
-    ``consumers``) as soon as its ``connect()`` returns. Returns the connect times."""
+    ``consumers``) as soon as its ``connect()`` returns. Returns the connect times; the
+    reason of every media recovery the sessions start is appended to ``recoveries``."""
     video = kind == "video"
     batch = [
         Consumer(media_session(server.url, server.token, video=video), kind) for _ in range(count)
     ]
+    for consumer in batch:
+        consumer.session.on(
+            "media_recovering",
+            lambda event: recoveries.append(
+                f"{event.data.get('channel')}: {event.data.get('reason')}"
+            ),
+        )
     consumers.extend(batch)
 
     async def one(consumer: Consumer) -> float:
@@ -433,6 +516,7 @@ async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
     """Open ``level`` sessions, judge every one over the window, close them all."""
     kind = "video" if mode == "av" else "audio"
     consumers: list[Consumer] = []
+    recoveries: list[str] = []  # media_recovering reasons, any session, any time
     record: dict[str, Any] = {"level": level, "mode": mode}
     started = time.monotonic()
     try:
@@ -440,12 +524,10 @@ async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
         try:
             for first in range(0, level, RAMP_BATCH):
                 count = min(RAMP_BATCH, level - first)
-                connects += await _connect_batch(server, kind, count, consumers)
+                connects += await _connect_batch(server, kind, count, consumers, recoveries)
         except Exception as exc:
             record.update(passed=False, reason=f"connect failed: {describe_error(exc)}")
             return record
-        finally:
-            record["connected"] = sum(1 for c in consumers if c.session.state == "connected")
         sessions = [c.session for c in consumers]
         record["connect_s"] = {"median": _median(connects), "max": max(connects)}
         record["gate_capped"] = sum(
@@ -454,25 +536,27 @@ async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
         await asyncio.sleep(RAMP_SETTLE)
         lag = LoopLag()
         dropped_before = sum(_dropped(s, kind) for s in sessions)
-        server_before = await server.cpu()
+        server_before = await server.stats()
+        machine_before = machine_cpu()
         cpu_before = time.process_time()
         window_start = time.monotonic()
         lag.start()
         await asyncio.sleep(RAMP_WINDOW)
         window_end = time.monotonic()
         cpu = time.process_time() - cpu_before
+        machine = busy_cores(machine_before, machine_cpu())
         lags = await lag.stop()
-        server_cpu = await server.cpu() - server_before
+        served = delta(await server.stats(), server_before)
         window = window_end - window_start
         needed = ON_TIME_SHARE * NOMINAL_RATE[kind] * window
         judged = [c.judge(window_start, window_end) for c in consumers]
         late = [i for i, (frames, gap) in enumerate(judged) if frames < needed or gap >= MAX_GAP]
-        all_connected = all(s.state == "connected" for s in sessions)
+        not_connected = [s.state for s in sessions if s.state != "connected"]
         reason = None
         if late:
             reason = f"{len(late)}/{level} sessions late"
-        elif not all_connected:
-            reason = "a session left the connected state"
+        elif not_connected:
+            reason = f"sessions not connected at the end: {', '.join(sorted(not_connected))}"
         record.update(
             passed=reason is None,
             reason=reason,
@@ -484,13 +568,17 @@ async def _level(server: ChildServer, mode: str, level: int) -> dict[str, Any]:
             rate_median=_median([f / window for f, _ in judged]),
             gap_max_s=max(g for _, g in judged),
             late_sessions=len(late),
+            server_rate_per_session=served[f"{kind}_sent"] / window / level,
             dropped_by_fanout=sum(_dropped(s, kind) for s in sessions) - dropped_before,
             loop_lag_ms=lags.scaled(1000.0).as_json("ms") if lags is not None else None,
             client_core_share=cpu / window,
-            server_core_share=server_cpu / window,
+            server_core_share=served["cpu"] / window,
+            other_processes_cores=machine - (cpu + served["cpu"]) / window,
         )
         return record
     finally:
+        record["media_recoveries"] = len(recoveries)
+        record["media_recovery_reasons"] = recoveries[:5]
         for consumer in consumers:
             await consumer.stop()
         record["close_s"] = await close_all([c.session for c in consumers])
@@ -539,13 +627,13 @@ async def _ramp(server: ChildServer, mode: str, budget: float) -> dict[str, Any]
 
 async def _measure() -> dict[str, Any]:
     async with ChildServer() as server:
-        first = await _first_frame(server)
+        first, first_other = await _first_frame(server)
         probes = await _probes(server)
         ramp_started = time.monotonic()
         ramps = {"av": await _ramp(server, "av", RAMP_BUDGET * RAMP_AV_SHARE)}
         left = RAMP_BUDGET - (time.monotonic() - ramp_started)
         ramps["audio"] = await _ramp(server, "audio", max(left, RAMP_BUDGET * 0.3))
-    return {"first": first, "probes": probes, "ramps": ramps}
+    return {"first": first, "first_other_cores": first_other, "probes": probes, "ramps": ramps}
 
 
 def _cells(summary: Summary) -> tuple[float, str, float, float]:
@@ -625,13 +713,29 @@ def _probe_rows(probes: dict[str, dict[int, dict[str, Any]]]) -> tuple[list[Row]
     return cpu_rows + rss_rows, data
 
 
+def _maxrss_remark(probes: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """Why VmHWM and not ru_maxrss: what ru_maxrss said in the same probe."""
+    probe = probes["av"][max(PROBE_SESSIONS)]
+    base, peak = probe["memory_baseline_kb"], probe["memory_open_kb"]
+    if "VmHWM" not in base:
+        return "RSS from ru_maxrss (no /proc)."
+    return (
+        f"ru_maxrss, A/V K={probe['sessions']}: {base['ru_maxrss'] / 1024:.0f} MB before any "
+        f"session (VmHWM {base['VmHWM'] / 1024:.0f} MB; ru_maxrss keeps the spawning parent's "
+        f"peak across exec), {peak['ru_maxrss'] / 1024:.0f} MB with the sessions open."
+    )
+
+
 def _ramp_rows(ramps: dict[str, dict[str, Any]]) -> list[Row]:
     rows = []
     for mode in ("av", "audio"):
         ramp = ramps[mode]
+        failed = any(not r["passed"] for r in ramp["levels"])
+        # No failing level (time budget, or the last level passed): a lower bound.
+        bound = "" if failed else " (>=)"
         rows.append(
             Row(
-                f"max concurrent {MODE_LABEL[mode]} sessions on time",
+                f"concurrent {MODE_LABEL[mode]} sessions on time{bound}",
                 len(ramp["levels"]),
                 float(ramp["max_on_time"]),
                 "sessions",
@@ -644,10 +748,41 @@ def _level_note(record: dict[str, Any]) -> str:
     if "window_s" not in record:
         return f"{record['level']}: FAIL ({record['reason']})"
     verdict = "ok" if record["passed"] else "FAIL"
+    recoveries = record["media_recoveries"]
+    other = record["other_processes_cores"]
     return (
         f"{record['level']}: {verdict} (min {record['rate_min']:.1f}/s, gap "
-        f"{ms(record['gap_max_s']):.0f} ms, client {record['client_core_share']:.0%} / "
-        f"server {record['server_core_share']:.0%} core)"
+        f"{ms(record['gap_max_s']):.0f} ms, server sent {record['server_rate_per_session']:.1f}"
+        f"/s each; client {record['client_core_share']:.0%} / server "
+        f"{record['server_core_share']:.0%} core"
+        + (f"; {recoveries} media recoveries" if recoveries else "")
+        + (f"; other processes {other:.0%}" if other > OTHER_NOTICE else "")
+        + ")"
+    )
+
+
+def _limit_note(mode: str, ramp: dict[str, Any]) -> str | None:
+    """Where the frames went missing at the failing level: before or after the server's
+    synthetic tracks produced them."""
+    failed = next((r for r in ramp["levels"] if not r["passed"]), None)
+    if failed is None or "window_s" not in failed:
+        return None
+    kind = "video" if mode == "av" else "audio"
+    nominal = NOMINAL_RATE[kind]
+    sent = failed["server_rate_per_session"]
+    lag = (failed["loop_lag_ms"] or {}).get("p90_ms", float("nan"))
+    where = (
+        "the server's tracks already produced too few frames: the staging server is the limit"
+        if sent < ON_TIME_SHARE * nominal
+        else "the server's tracks kept up, so frames were lost or late downstream (server "
+        "encode/send or client receive/decode/loop, on the same cores)"
+    )
+    return (
+        f"{MODE_LABEL[mode]} at {failed['level']} sessions: the server's tracks produced "
+        f"{sent:.1f} of {nominal:g} {kind} frames/s per session, the app received a median "
+        f"{failed['rate_median']:.1f}/s; server {failed['server_core_share']:.0%} of a core, "
+        f"client {failed['client_core_share']:.0%} (client event-loop lag p90 {lag:.0f} ms): "
+        f"{where}."
     )
 
 
@@ -679,7 +814,7 @@ def _run() -> FigureResult:
         f"first-use costs; 'marginal' is the per-session slope). Server CPU in the same "
         f"windows (other process): {server_shares}. Video decoded per session: "
         + ", ".join(f"{fps:.1f} fps" for fps in video_fps)
-        + ".",
+        + f". {_maxrss_remark(measured['probes'])}",
         f"(c) on time = >= {ON_TIME_SHARE:.0%} of nominal frames ({NOMINAL_RATE['video']:g} "
         f"video fps, {NOMINAL_RATE['audio']:g} audio frames/s) over {RAMP_WINDOW:g} s and no "
         f"gap >= {ms(MAX_GAP):.0f} ms, for EVERY session; the {os.cpu_count() or 1} CPUs are "
@@ -693,7 +828,49 @@ def _run() -> FigureResult:
             + "; ".join(_level_note(r) for r in ramp["levels"])
             + "."
         )
+        limit = _limit_note(mode, ramp)
+        if limit is not None:
+            result.notes.append(limit)
+    others = {
+        "(a)": measured["first_other_cores"],
+        "(b)": max(
+            p["other_processes_cores"]
+            for m in probe_data.values()
+            for p in m["by_sessions"].values()
+        ),
+        "(c)": max(
+            (
+                r["other_processes_cores"]
+                for ramp in ramps.values()
+                for r in ramp["levels"]
+                if "other_processes_cores" in r
+            ),
+            default=float("nan"),
+        ),
+    }
+    result.notes.append(
+        "other processes on the machine (not client, not server) kept busy: "
+        + ", ".join(f"{part} {cores:.0%} of a core" for part, cores in others.items())
+        + " (max over the windows; anything well above 0 makes these numbers pessimistic)."
+    )
+    reasons = [
+        reason
+        for ramp in ramps.values()
+        for record in ramp["levels"]
+        for reason in record["media_recovery_reasons"]
+    ]
+    total = sum(r["media_recoveries"] for ramp in ramps.values() for r in ramp["levels"])
+    if total:
+        result.notes.append(
+            f"{total} media recoveries started during the ramps with no fault injected "
+            f"(e.g. {reasons[0]!r}). SDK issue: the media watchdog, started at 'connected', "
+            f"ages the uplink's receiver reports from the ASR peer's connected time, checks from "
+            f"its first 0.1 s tick but polls reports only on every third one (none during "
+            f"connect), so a connect that spent > media_stall_timeout (2 s) after ASR "
+            f"connected renegotiates a healthy uplink right after 'connected'."
+        )
     result.data = {
+        "other_processes_cores_max": others,
         "first_frame": first_data,
         "cpu_rss": {
             "window_s": PROBE_WINDOW,

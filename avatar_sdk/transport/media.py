@@ -141,25 +141,39 @@ class MediaLanes:
                     self._asr_report_key = key
                     self.asr_report_at = time.monotonic()
 
-    def down_channels(self, now: float, stall_timeout: float) -> dict[str, str]:
-        """Channels that are dead now, with the reason (empty when all is well)."""
+    def down_channels(
+        self, now: float, stall_timeout: float, watching_since: float | None = None
+    ) -> dict[str, str]:
+        """Channels that are dead now, with the reason (empty when all is well).
+
+        Silence is only counted from ``watching_since`` (when the session last became
+        usable), never from before it: time spent connecting or recovering is not a stall.
+        """
         down: dict[str, str] = {}
+
+        def age(*marks: float | None) -> float | None:
+            known = [m for m in (*marks, watching_since) if m is not None]
+            return now - max(known) if known else None
+
         asr = self.asr
         if asr is not None:
             state = asr.pc.connectionState
             if state in ("failed", "closed"):
                 down["asr"] = f"asr peer {state}"
             elif state == "connected":
-                since = self.asr_report_at or asr.connected_at
-                if since is not None and now - since > stall_timeout:
-                    down["asr"] = f"no receiver report for {now - since:.1f}s"
+                silent = age(self.asr_report_at, asr.connected_at)
+                if silent is not None and silent > stall_timeout:
+                    down["asr"] = f"no receiver report for {silent:.1f}s"
         stv = self.stv
         if stv is not None:
             state = stv.pc.connectionState
             if state in ("failed", "closed"):
                 down["stv"] = f"stv peer {state}"
-            elif stv.last_frame_at is not None and now - stv.last_frame_at > stall_timeout:
-                down["stv"] = f"no media for {now - stv.last_frame_at:.1f}s"
+            else:
+                # A downlink that never delivered a frame counts from its subscription.
+                silent = age(stv.last_frame_at or stv.subscribed_at)
+                if silent is not None and silent > stall_timeout:
+                    down["stv"] = f"no media for {silent:.1f}s"
         return down
 
     # -- in-place recovery (tier 2) -------------------------------------------------------------

@@ -199,3 +199,36 @@ async def test_resume_after_the_server_released_the_media_rebuilds_it(
         assert len(staging.received_events("join")) == 1
     finally:
         await session.close()
+
+
+async def test_a_slow_gate_does_not_make_the_healthy_uplink_look_dead(
+    staging: StagingServer,
+) -> None:
+    """Regression: uplink silence was counted from before 'connected'."""
+    await staging.faults.media_stall("stv", seconds=2.5)  # only the downlink starts late
+    session = await _connected(staging)
+    channels: list[str] = []
+    session.on("media_recovering", lambda e: channels.append(e.data["channel"]))
+    try:
+        await asyncio.sleep(1.5)
+        assert "asr" not in channels
+        assert staging.media.asr_stats(staging.live_sids[0]).offers == 1
+    finally:
+        await session.close()
+
+
+async def test_a_downlink_that_never_delivers_a_frame_is_recovered(
+    staging: StagingServer,
+) -> None:
+    """Regression: a subscription with no frame at all was never judged dead."""
+    await staging.faults.media_stall("stv", seconds=None)
+    session = await _connected(staging)  # the gate caps, then the session is connected
+    try:
+        assert session.media is not None and session.media.gate_capped
+        recovering = await session.wait_for("media_recovering", 5)
+        assert recovering.data["channel"] == "stv"
+        staging.faults.clear()
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "stv"
+    finally:
+        await session.close()
