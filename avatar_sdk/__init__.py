@@ -1,15 +1,21 @@
 """avatar_sdk: a resilient asyncio client for live, interactive AI-avatar conversations."""
 
 from ._version import __version__
+from .chat import ChatReply, ChatSession, ConverseResult, converse_once
 from .config import RetryPolicy, SessionConfig
 from .errors import AvatarError, Category, ErrorCode, Severity
 from .events import Event
+from .guards import SPIRAL_RECOVERY_PREFIX
 from .session import AvatarSession, Health
 
 __all__ = [
+    "SPIRAL_RECOVERY_PREFIX",
     "AvatarError",
     "AvatarSession",
     "Category",
+    "ChatReply",
+    "ChatSession",
+    "ConverseResult",
     "ErrorCode",
     "Event",
     "Health",
@@ -17,4 +23,5 @@ __all__ = [
     "SessionConfig",
     "Severity",
     "__version__",
+    "converse_once",
 ]

@@ -88,6 +88,9 @@ class SessionConfig:
     media_recovery_timeout: float = 10.0
     #: In-place attempts per channel before escalating to a cold reconnect.
     max_media_recoveries: int = 2
+    #: Install SIGTERM/SIGINT handlers that close the session (and send session_completed)
+    #: before the process goes; off by default: signal handling belongs to the application.
+    handle_signals: bool = False
     #: Seconds between ``connection_quality`` events; 0 (default) = off, no task, no cost.
     quality_interval: float = 0.0
 

@@ -32,6 +32,7 @@ from .errors import CATALOGUE, AvatarError, ErrorCode
 from .events import Callback, Event, EventBus
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .journal import Journal
+from .lifecycle import CompletionSignal, IdleTimer, default_hooks
 from .machine import (
     SessionMachine,
     capacity_delay,
@@ -49,6 +50,7 @@ from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
 from .urls import check_url
 from .wire import (
+    AgentTurnToTalk,
     AvailabilityResult,
     ConversationEnded,
     In,
@@ -58,6 +60,8 @@ from .wire import (
     SessionError,
     SessionReadyForResume,
     StvNewSession,
+    StvStartedTalking,
+    UserStartedTalking,
     build_approved_permissions,
     build_barge_in_marker,
     build_check_availability,
@@ -137,6 +141,11 @@ class AvatarSession(RecoveryTiers):
         self.config = config or SessionConfig()
         self._guards = ConversationGuards(self.config, self._emit)
         self._genie = GenieClient(self._genie_url, token) if self._genie_url else None
+        self._completion = CompletionSignal(
+            self._genie, timeout=self.config.session_complete_timeout, thread_id=thread_id
+        )
+        self._idle = IdleTimer(self.config.idle_timeout, self._on_idle)
+        self._unregister_signals: Callable[[], None] | None = None
         self._bus = EventBus()
         self._sticky_id = new_sticky_id()
         self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
@@ -299,6 +308,13 @@ class AvatarSession(RecoveryTiers):
             self._spawn(self._media_watchdog(), "media-watchdog")
         if self.config.socket_probe_interval > 0:
             self._spawn(self._socket_watchdog(), "socket-watchdog")
+        self._completion.hold()
+        hooks = default_hooks()
+        hooks.track(self._completion)
+        if self.config.handle_signals:
+            hooks.install()
+            self._unregister_signals = hooks.register(self.close)
+        self._idle.start()
         if self.config.brain_stall_timeout > 0:
             live = lambda: self._machine.is_in("connected")  # noqa: E731
             self._spawn(self._guards.run_watchdog(live), "brain-watchdog")
@@ -464,6 +480,10 @@ class AvatarSession(RecoveryTiers):
             self._lanes.on_event(parsed)
         for public_name, data in self._view.apply(parsed):
             self._emit(public_name, data)
+        if self._view.thread_id and self._completion.thread_id != self._view.thread_id:
+            self._completion.hold(self._view.thread_id)
+        if isinstance(parsed, AgentTurnToTalk | StvStartedTalking | UserStartedTalking):
+            self._idle.touch()
         spiral = self._guards.observe(parsed)
         if spiral is not None and self._machine.is_in("connected", "recovering_media"):
             self._spawn(self._recover_from_spiral(), "spiral-recovery")
@@ -597,6 +617,7 @@ class AvatarSession(RecoveryTiers):
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
         await self._send(Out.TEXT_ENTERED, build_text_entered(text))
         self._guards.on_user_turn(text)
+        self._idle.touch()
 
     async def _flush_held(self) -> None:
         while self._held and self._machine.is_in("connected") and self._agent_ready.is_set():
@@ -740,7 +761,18 @@ class AvatarSession(RecoveryTiers):
         if not await self._machine.fire("end"):
             return
         self._end_reason = reason
+        completing: asyncio.Task[None] | None = None
+        if reason in ("closed", "idle_timeout") or (
+            reason == "conversation_ended" and self.config.complete_on_server_end
+        ):
+            # Sent beside the teardown, so a slow genie host does not stretch close().
+            completing = asyncio.ensure_future(self._signal_completion(reason))
+        else:
+            self._completion.abandon()
         await self._teardown(AvatarError(ErrorCode.CLOSED, reason))
+        if completing is not None:
+            await completing
+        await self._release_lifecycle()
         if self._machine.is_in("disconnecting"):
             await self._machine.fire("finished")
         info = CATALOGUE[code] if code is not None else None
@@ -765,7 +797,10 @@ class AvatarSession(RecoveryTiers):
         self._health_category = str(error.category)
         self._emit("error", error.as_event())
         await self._machine.fire("fail")
+        # A fatal end is not the end of the conversation: the app may continue the thread.
+        self._completion.abandon()
         await self._teardown(error)
+        await self._release_lifecycle()
         self._emit(
             "ended",
             {
@@ -778,6 +813,39 @@ class AvatarSession(RecoveryTiers):
         await self._bus.aclose()
         if self._journal is not None:
             self._journal.close()
+
+    async def _signal_completion(self, reason: str) -> None:
+        """``session_completed``: at most one POST per session, within ``close_timeout``
+        here; if the genie host is slower than that, the exit hook retries at interpreter
+        exit. Never raises."""
+        label = {"closed": "close", "conversation_ended": "server_ended"}.get(reason, reason)
+        try:
+            payload = await asyncio.wait_for(
+                self._completion.complete(reason=label), self.config.close_timeout
+            )
+        except TimeoutError:
+            payload = {
+                "thread_id": self._completion.thread_id,
+                "delivered": False,
+                "reason": label,
+                "outcome": "timeout",
+            }
+        self._emit("session_completed", payload)
+
+    async def _release_lifecycle(self) -> None:
+        self._idle.cancel()
+        if self._completion.finished:
+            default_hooks().untrack(self._completion)
+        if self._unregister_signals is not None:
+            self._unregister_signals()
+            self._unregister_signals = None
+        if self._genie is not None:
+            await self._genie.close()
+
+    def _on_idle(self) -> None:
+        if self._machine.is_in("connected", "paused"):
+            self._emit("idle_timeout", {"after": self.config.idle_timeout})
+            self._spawn(self._end("idle_timeout", None), "idle-end")
 
     async def _teardown(self, error: AvatarError) -> None:
         """Release every task, socket and waiter this session owns (bounded)."""
@@ -794,8 +862,6 @@ class AvatarSession(RecoveryTiers):
             self._close_media(),
         )
         await self._guards.aclose()
-        if self._genie is not None:
-            await self._genie.close()
         for track in self._outputs.values():
             track.stop()
         self._uplink_track.stop()

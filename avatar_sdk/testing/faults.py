@@ -28,6 +28,9 @@ class Faults:
         self.tier_exceeded_pending = False
         self.added_latency = 0.0
         self.injected: list[str] = []
+        #: genie HTTP faults: statuses the next genie POSTs answer, delay before answering.
+        self.genie_statuses: list[int] = []
+        self.genie_answer_delay = 0.0
 
     # -- socket -----------------------------------------------------------------------------
     async def drop_socket(self, recovery: bool = True) -> int:
@@ -157,6 +160,22 @@ class Faults:
         self.injected.append(f"stuck_ice:{channel}:{mode}")
         self._server.media.stuck_ice(channel, mode)
 
+    # -- genie HTTP (session_completed, tool_response) --------------------------------------
+    def genie_status(self, code: int, times: int = 1) -> None:
+        """The next ``times`` genie POSTs (``session_completed`` or ``tool_response``) answer
+        HTTP ``code`` and are not recorded."""
+        self.injected.append(f"genie_status:{code}")
+        self.genie_statuses.extend([int(code)] * max(0, int(times)))
+
+    def genie_delay(self, seconds: float) -> None:
+        """Every genie POST is answered ``seconds`` late (0 = no delay)."""
+        self.injected.append("genie_delay")
+        self.genie_answer_delay = max(0.0, float(seconds))
+
+    def take_genie_status(self) -> int | None:
+        """The injected status for the genie POST being answered now, if any (consumed)."""
+        return self.genie_statuses.pop(0) if self.genie_statuses else None
+
     def latency(self, seconds: float) -> None:
         """Added before every server emit."""
         self.added_latency = max(0.0, seconds)
@@ -167,5 +186,7 @@ class Faults:
         self.capacity_full_until = 0.0
         self.tier_exceeded_pending = False
         self.added_latency = 0.0
+        self.genie_statuses.clear()
+        self.genie_answer_delay = 0.0
         self._server.sio.recovery_enabled = True
         self._server.media.clear_faults()

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from ..wire.names import In, Out
 from .brain import Brain
+from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
@@ -184,6 +185,8 @@ class StagingServer:
         self.emitted: Counter[str] = Counter()
         self.completed_threads: list[str] = []
         self.completion_requests: list[dict[str, Any]] = []
+        #: JSON bodies of ``POST /genie/assistant/tool_response``, in arrival order.
+        self.tool_responses: list[dict[str, Any]] = []
         self.connections = 0
         self.refused_connections = 0
         self.disconnects: list[tuple[str, str]] = []
@@ -199,7 +202,9 @@ class StagingServer:
         app = web.Application()
         self.sio.attach(app, socketio_path="socket.io")
         app.router.add_post("/genie/thread/session_completed", self._session_completed)
+        app.router.add_post("/genie/assistant/tool_response", self._tool_response)
         app.router.add_get("/healthz", self._healthz)
+        self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -427,9 +432,34 @@ class StagingServer:
         await conv.emit(In.CONVERSATION_RESUMED, {})
 
     # -- genie HTTP ---------------------------------------------------------------------------
-    async def _session_completed(self, request: web.Request) -> web.Response:
+    async def _genie_fault(self, request: web.Request) -> web.Response | None:
+        """Auth check, then the injected genie delay and status (``faults.genie_*``)."""
         if request.headers.get("Authorization") != f"KS {self.token}":
             return web.json_response({"error": "unauthorized"}, status=401)
+        if self.faults.genie_answer_delay:
+            await asyncio.sleep(self.faults.genie_answer_delay)
+        status = self.faults.take_genie_status()
+        if status is not None:
+            return web.json_response({"error": "injected"}, status=status)
+        return None
+
+    async def _tool_response(self, request: web.Request) -> web.Response:
+        fault = await self._genie_fault(request)
+        if fault is not None:
+            return fault
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "bad json"}, status=400)
+        if not isinstance(body, dict):
+            return web.json_response({"error": "expected an object"}, status=400)
+        self.tool_responses.append(body)
+        return web.json_response({})
+
+    async def _session_completed(self, request: web.Request) -> web.Response:
+        fault = await self._genie_fault(request)
+        if fault is not None:
+            return fault
         try:
             body = await request.json()
         except ValueError:
