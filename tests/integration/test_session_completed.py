@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.lifecycle import default_hooks
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.wire import In
 
 from .conftest import FAST, SessionFactory
 
+ROOT = Path(__file__).resolve().parents[2]
 TOUR = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
 
 
@@ -150,3 +157,83 @@ async def test_a_slow_genie_never_stretches_close(
     assert events and events[0]["delivered"] is False
     staging.faults.clear()
     default_hooks().untrack(session._completion)  # the exit hook would retry at exit
+
+
+async def test_sigterm_closes_the_session_and_completes_the_thread(staging: StagingServer) -> None:
+    env = {
+        **os.environ,
+        "AVATAR_TEST_URL": staging.url,
+        "AVATAR_TEST_GENIE_URL": staging.genie_url,
+        "AVATAR_TEST_TOKEN": staging.token,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.integration._session_child",
+        stdout=asyncio.subprocess.PIPE, env=env, cwd=str(ROOT),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()
+        assert line[0] == "READY"
+        thread = line[1]
+        started = asyncio.get_running_loop().time()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 10)
+        elapsed = asyncio.get_running_loop().time() - started
+        assert staging.completed_threads == [thread]
+        assert code == -signal.SIGTERM  # it still dies by the signal, like an untouched process
+        assert elapsed < 3.0
+        assert staging.live_sids == []  # the socket was closed gracefully, not dropped
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_spiral_across_an_idle_wake_up_turn_still_trips_the_hard_tier(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    cfg = FAST.with_(tool_spiral_limit=3, hard_tool_spiral_limit=6)
+    session = await _greeted(make_session, staging, config=cfg)
+    detected: list[dict[str, Any]] = []
+    session.on("tool_spiral_detected", lambda e: detected.append(e.data))
+    staging.brain.tool_spiral(7, turn_boundaries=1)  # 4 tools, a wake-up turn, 3 tools
+    waiter = asyncio.ensure_future(session.wait_for("tool_spiral_recovering", 5))
+    await session.speak("navigate for me")
+    assert (await waiter).data["count"] == 6
+    assert len(detected) == 2  # the soft tier signals once in each of the two turns
+    await session.wait_for("reconnected", 5)
+
+
+async def test_respond_to_tool_acknowledges_a_waiting_call(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = await _greeted(make_session, staging, config=FAST.with_(tool_spiral_limit=0))
+    conv = staging.conversations[staging.live_sids[0]]
+    calls: list[dict[str, Any]] = []
+    session.on("tool_call", lambda e: calls.append(e.data))
+    delta = json.dumps(
+        {
+            "type": "tool",
+            "content": 'collect_contact {"field": "email"}',
+            "tool_metadata": {"id": "call-77", "wait_for_response": True},
+        }
+    )
+    waiter = asyncio.ensure_future(session.wait_for("tool_call", 2))
+    await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "s9", "turnId": "t9", "delta": delta})
+    await waiter
+    assert calls[0]["call_id"] == "call-77"
+    outcome = await session.respond_to_tool("call-77", {"email": "a@example.com"})
+    assert outcome == {"ok": True, "reason": "ok"}
+    assert staging.tool_responses[-1]["tool_id"] == "call-77"
+    assert staging.tool_responses[-1]["response"] == {"email": "a@example.com"}
+    again = await session.respond_to_tool("call-77", {"email": "a@example.com"})
+    assert again["reason"] == "unknown_or_stale"
+    staging.faults.genie_status(500)
+    waiter = asyncio.ensure_future(session.wait_for("tool_call", 2))
+    second = delta.replace("77", "78").replace("email", "phone")  # a repeat would be deduped
+    await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "s9", "turnId": "t9", "delta": second})
+    await waiter
+    failed = await session.respond_to_tool("call-78", {"ok": 1})
+    assert failed["ok"] is False and failed["reason"] == "http_error"
+    retried = await session.respond_to_tool("call-78", {"ok": 1})  # still pending: retry works
+    assert retried["ok"] is True
