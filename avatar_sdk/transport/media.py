@@ -248,6 +248,9 @@ class MediaLanes:
         asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
         self.asr = asr
         sdp = await asr.create_offer()
+        if "a=candidate:" not in sdp:
+            # aiortc gathers inside setLocalDescription: nothing now means nothing ever.
+            raise AvatarError(ErrorCode.ASR_FAILED, "no local ICE candidate to offer")
         answer_fut = self._expect_event(In.ASR_WEBRTC_ANSWER)
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=True))
         left = max(0.05, timeout - (time.monotonic() - started))
@@ -257,7 +260,9 @@ class MediaLanes:
         if not isinstance(answer, AsrAnswer):
             raise AvatarError(ErrorCode.ASR_FAILED, "unexpected answer event")
         await asr.accept_answer(answer.sdp)
-        await asr.wait_connected(max(0.05, timeout - (time.monotonic() - started)))
+        # A peer stuck in new/checking is given up after ice_stuck_timeout, not the whole budget.
+        left = max(0.05, timeout - (time.monotonic() - started))
+        await asr.wait_connected(min(left, self._config.ice_stuck_timeout))
         asr.connected_at = time.monotonic()
         while self.asr_report_at is None:
             if time.monotonic() - started > timeout:

@@ -15,12 +15,12 @@ MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery
 
 
 async def _connected(staging: StagingServer, **kwargs: object) -> AvatarSession:
+    kwargs.setdefault("config", MEDIA)
     session = AvatarSession(
         staging.url,
         staging.token,
         audio=ToneSource(),
         allow_insecure_transport=True,
-        config=MEDIA,
         **kwargs,  # type: ignore[arg-type]
     )
     await session.connect()
@@ -231,4 +231,43 @@ async def test_a_downlink_that_never_delivers_a_frame_is_recovered(
         ev = await session.wait_for("media_recovered", 8)
         assert ev.data["channel"] == "stv"
     finally:
+        await session.close()
+
+
+async def test_mute_survives_the_socket_tier(staging: StagingServer) -> None:
+    session = await _connected(staging)
+    try:
+        session.mic_enabled = False
+        await asyncio.sleep(0.3)
+        waiter = asyncio.ensure_future(session.wait_for("reconnected", 5))
+        await staging.faults.drop_socket()
+        assert (await waiter).data["tier"] == "socket"
+        sid = staging.live_sids[0]
+        before = staging.media.asr_stats(sid).frames
+        await asyncio.sleep(0.6)
+        stats = staging.media.asr_stats(sid)
+        assert stats.frames > before and stats.last_rms == 0.0
+        assert session.mic_enabled is False
+    finally:
+        await session.close()
+
+
+async def test_stuck_uplink_recovery_is_bounded_by_ice_stuck_timeout(
+    staging: StagingServer,
+) -> None:
+    session = await _connected(staging, config=MEDIA.with_(ice_stuck_timeout=1.0))
+    try:
+        staging.faults.stuck_ice("asr", mode="no_candidates")
+        first = asyncio.ensure_future(session.wait_for("media_recovering", 5))
+        await staging.faults.ice_failure("asr")
+        started = (await first).at
+        cold = await session.wait_for("reconnecting", 10)  # in-place attempts gave up
+        assert cold.data["tier"] == "cold"
+        # Two attempts, each stuck in checking for ice_stuck_timeout (1 s), not 5 s each.
+        assert cold.at - started < 2 * 1.0 + 1.5
+        staging.faults.clear()
+        ev = await session.wait_for("reconnected", 15)
+        assert ev.data["tier"] == "cold"
+    finally:
+        staging.faults.clear()
         await session.close()
