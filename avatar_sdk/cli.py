@@ -70,6 +70,15 @@ async def demo(media: bool = True) -> int:
                     waiter = asyncio.ensure_future(session.wait_for("reconnected", 10))
                     await staging.faults.drop_socket(recovery=False)
                     await waiter
+                    if media:
+                        print("  -- injecting a downlink ICE failure (WHEP re-subscribe) --")
+                        waiter = asyncio.ensure_future(session.wait_for("media_recovered", 10))
+                        await staging.faults.ice_failure("stv")
+                        await waiter
+                        print("  -- injecting an uplink ICE failure (renegotiation) --")
+                        waiter = asyncio.ensure_future(session.wait_for("media_recovered", 10))
+                        await staging.faults.ice_failure("asr")
+                        await waiter
                 print(f"\n  user:   {question}")
                 await session.speak(question)
                 await session.wait_for("agent_turn_ended", 5)
