@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ import aiohttp
 
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
-from .events import Callback, Event, EventBus
+from .events import EventBus, EventSource
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards, ToolHandler
 from .lifecycle import CompletionSignal, default_hooks
 from .redact import register_secret
@@ -258,7 +258,7 @@ class _Turn:
 
 
 # -- the session -------------------------------------------------------------------------------
-class ChatSession:
+class ChatSession(EventSource):
     """A text conversation over HTTP with the agent of ``token`` (a conversation KS).
 
     ``genie_url``: the genie API base (``https://...``; plain http needs
@@ -327,18 +327,6 @@ class ChatSession:
         return self._closing
 
     # -- events ----------------------------------------------------------------------------
-    def on(self, name: str, callback: Callback) -> Callable[[], None]:
-        """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
-        return self._bus.on(name, callback)
-
-    def events(self, *names: str) -> AsyncIterator[Event]:
-        """Async iterator of events (optionally only ``names``); ends after ``close()``."""
-        return self._bus.events(*names)
-
-    async def wait_for(self, name: str, timeout: float | None = None) -> Event:
-        """The next event ``name``; ``TimeoutError`` after ``timeout`` seconds."""
-        return await self._bus.wait_for(name, timeout)
-
     def _emit(self, name: str, data: dict[str, Any]) -> None:
         self._bus.emit(name, data)
 

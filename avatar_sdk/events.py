@@ -198,3 +198,21 @@ class EventBus:
         for _, _, fut in list(self._waiters):
             if not fut.done():
                 fut.set_exception(AvatarError(ErrorCode.CLOSED, "the session ended"))
+
+
+class EventSource:
+    """The public event verbs of a session, over its ``_bus`` (shared by both transports)."""
+
+    _bus: EventBus
+
+    def on(self, name: str, callback: Callback) -> Callable[[], None]:
+        """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
+        return self._bus.on(name, callback)
+
+    def events(self, *names: str) -> AsyncIterator[Event]:
+        """Async iterator of events (optionally only ``names``); ends when the session ends."""
+        return self._bus.events(*names)
+
+    async def wait_for(self, name: str, timeout: float | None = None) -> Event:
+        """The next event ``name``; ``TimeoutError`` after ``timeout`` seconds."""
+        return await self._bus.wait_for(name, timeout)

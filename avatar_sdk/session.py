@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from .connector import (
 )
 from .conversation import ConversationView
 from .errors import CATALOGUE, AvatarError, ErrorCode
-from .events import Callback, Event, EventBus
+from .events import EventBus, EventSource
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
@@ -92,7 +92,7 @@ class Health:
     category: str | None = None
 
 
-class AvatarSession(RecoveryTiers):
+class AvatarSession(RecoveryTiers, EventSource):
     """One live conversation with an avatar. See ``docs/`` for the full guide."""
 
     def __init__(
@@ -245,18 +245,6 @@ class AvatarSession(RecoveryTiers):
         return snapshot
 
     # -- events ---------------------------------------------------------------------------------
-    def on(self, name: str, callback: Callback) -> Callable[[], None]:
-        """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
-        return self._bus.on(name, callback)
-
-    def events(self, *names: str) -> AsyncIterator[Event]:
-        """Async iterator of events (optionally only ``names``); ends after the session ends."""
-        return self._bus.events(*names)
-
-    async def wait_for(self, name: str, timeout: float | None = None) -> Event:
-        """The next event ``name``; ``TimeoutError`` after ``timeout`` seconds."""
-        return await self._bus.wait_for(name, timeout)
-
     def _emit(self, name: str, data: dict[str, Any] | None = None) -> None:
         self._bus.emit(name, data or {})
 

@@ -1,4 +1,6 @@
-"""``python -m benchmarks [--only connect,recovery,throughput,media] [--output PATH]``.
+"""``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
+
+Figures: connect, recovery, throughput, media, resilience, guards (default: all).
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``. The exit
 status is 0 whatever the targets say; it is 1 only when a figure could not be measured.
@@ -12,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, media, recovery, throughput
+from . import connect, guards, media, recovery, resilience, throughput
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -22,6 +24,8 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "recovery": ("socket-tier recovery: drop_socket() -> reconnected", recovery.run),
     "throughput": ("agent_raw_text throughput (one core)", throughput.run),
     "media": (media.TITLE, media.run),
+    "resilience": (resilience.TITLE, resilience.run),
+    "guards": (guards.TITLE, guards.run),
 }
 
 

@@ -443,7 +443,8 @@ class StagingServer:
             return web.json_response({"error": "injected"}, status=status)
         return None
 
-    async def _tool_response(self, request: web.Request) -> web.Response:
+    async def _genie_body(self, request: web.Request) -> web.Response | dict[str, Any]:
+        """The JSON object a genie POST carries, or the error response to answer instead."""
         fault = await self._genie_fault(request)
         if fault is not None:
             return fault
@@ -453,18 +454,20 @@ class StagingServer:
             return web.json_response({"error": "bad json"}, status=400)
         if not isinstance(body, dict):
             return web.json_response({"error": "expected an object"}, status=400)
+        return body
+
+    async def _tool_response(self, request: web.Request) -> web.Response:
+        body = await self._genie_body(request)
+        if isinstance(body, web.Response):
+            return body
         self.tool_responses.append(body)
         return web.json_response({})
 
     async def _session_completed(self, request: web.Request) -> web.Response:
-        fault = await self._genie_fault(request)
-        if fault is not None:
-            return fault
-        try:
-            body = await request.json()
-        except ValueError:
-            return web.json_response({"error": "bad json"}, status=400)
-        thread = body.get("id") if isinstance(body, dict) else None
+        body = await self._genie_body(request)
+        if isinstance(body, web.Response):
+            return body
+        thread = body.get("id")
         if not isinstance(thread, str) or not thread:
             return web.json_response({"error": "missing id"}, status=400)
         self.completion_requests.append({"id": thread, "at": time.monotonic()})
