@@ -83,6 +83,19 @@ AGENT_RESTARTED_CODES = frozenset({"AGENT_CHILD_CRASHED_RESTARTED"})
 AGENT_FATAL_CODES = frozenset({"AGENT_CHILD_CRASHED", "AGENT_HANDLER_FAILED"})
 
 
+#: What an ``ended`` event without an error code says to a person.
+_ENDED_MESSAGES = {
+    "closed": "The session was closed.",
+    "cancelled": "Connecting was cancelled.",
+    "idle_timeout": "The conversation ended after a long silence.",
+}
+
+
+def ended_message(reason: str) -> str:
+    """A readable sentence for an ``ended`` reason that carries no error code."""
+    return _ENDED_MESSAGES.get(reason, f"The session ended ({reason}).")
+
+
 @dataclass(frozen=True, slots=True)
 class Health:
     """Is the upstream usable right now, and if not, why."""
@@ -771,6 +784,7 @@ class AvatarSession(RecoveryTiers, EventSource):
                 "code": str(code) if code is not None else None,
                 "severity": str(info.severity) if info else "info",
                 "recoverable": info.retryable if info else False,
+                "message": info.message if info else ended_message(reason),
             },
         )
         await self._bus.aclose()
@@ -796,6 +810,7 @@ class AvatarSession(RecoveryTiers, EventSource):
                 "code": str(error.code),
                 "severity": str(error.severity),
                 "recoverable": error.retryable,
+                "message": error.message,
             },
         )
         await self._bus.aclose()

@@ -123,3 +123,39 @@ async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> N
     staging.faults.clear()
     await staging.stop()
     assert open_peers() == []
+
+
+async def test_close_is_bounded_in_every_live_state(staging: StagingServer) -> None:
+    """paused, reconnecting (socket tier in progress) and recovering_media."""
+    for state in ("paused", "reconnecting", "recovering_media"):
+        session = AvatarSession(
+            staging.url,
+            staging.token,
+            audio=ToneSource(),
+            allow_insecure_transport=True,
+            config=MEDIA.with_(ice_stuck_timeout=30.0, media_recovery_timeout=30.0),
+        )
+        await session.connect()
+        if state == "paused":
+            await session.pause()
+        elif state == "reconnecting":
+            staging.faults.withhold("onServerConnected")
+            staging.sio.recovery_enabled = False  # the socket tier keeps retrying
+            await staging.faults.drop_socket()
+        else:
+            staging.faults.stuck_ice("stv", mode="no_answer")  # the re-subscribe hangs
+            await staging.faults.ice_failure("stv")
+        for _ in range(200):
+            if session.state in (state, "cold_reconnecting"):
+                break
+            await asyncio.sleep(0.02)
+        assert session.state in (state, "cold_reconnecting")
+        started = time.monotonic()
+        await session.close()
+        assert time.monotonic() - started < MEDIA.close_timeout + 0.5, state
+        assert session.state == "ended"
+        staging.faults.clear()
+    await asyncio.sleep(0.1)
+    assert sdk_tasks() == []
+    await staging.stop()
+    assert open_peers() == []
