@@ -451,6 +451,18 @@ class AvatarSession(RecoveryTiers, EventSource):
             return  # a late event from a socket we already replaced
         self._stats["events_in"] += 1
         try:
+            self._dispatch_inbound(name, args)
+        except Exception as exc:
+            # A bug of ours must not take the socket's read loop down with it: report it
+            # like a malformed event and keep the session going.
+            log.error("handling %r failed: %r", name, exc, exc_info=exc)
+            self._stats["protocol_errors"] += 1
+            self._emit(
+                "protocol_error", {"event": name, "detail": f"internal: {type(exc).__name__}"}
+            )
+
+    def _dispatch_inbound(self, name: str, args: list[Any]) -> None:
+        try:
             parsed = parse_event(name, args)
         except ProtocolError as exc:
             self._stats["protocol_errors"] += 1

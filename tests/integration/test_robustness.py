@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk.connector import FATAL_EVENTS as FATAL
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.wire import In
+from avatar_sdk.wire import INBOUND, In
 
 from .conftest import SessionFactory
 
@@ -232,3 +234,56 @@ async def test_turns_spoken_while_the_agent_restarts_are_held_then_delivered_in_
     assert conv.dropped_turns == []
     assert conv.user_turns == ["first while restarting", "second while restarting"]
     assert session.state == "connected"
+
+
+JUNK: list[Any] = [
+    None,
+    "x",
+    5,
+    1.5,
+    True,
+    [],
+    [1, "2"],
+    {"x": {"y": []}},
+    {"speechId": 1, "delta": "{"},
+]
+
+
+async def test_junk_for_every_inbound_event_never_breaks_the_session(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    conv = staging.conversations[staging.live_sids[0]]
+    details: list[str] = []
+    session.on("protocol_error", lambda e: details.append(e.data["detail"]))
+    names = sorted(INBOUND - {In.CONVERSATION_ENDED, In.SESSION_ERROR} - set(FATAL))
+    for name in names:
+        for payload in JUNK:
+            await conv.emit(name, payload)
+    await asyncio.sleep(0.3)
+    assert session.state == "connected"
+    assert details  # the junk was noticed and reported...
+    assert not [d for d in details if d.startswith("internal")]  # ...never by a crash of ours
+    await session.speak("still fine?")
+    await session.wait_for("agent_turn_ended", 3)
+
+
+async def test_an_internal_handling_bug_is_reported_not_fatal(
+    staging: StagingServer, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = make_session()
+    await session.connect()
+
+    def broken(event: object) -> None:
+        raise RuntimeError("guard bug")
+
+    monkeypatch.setattr(session._guards, "observe", broken)
+    waiter = asyncio.ensure_future(session.wait_for("protocol_error", 3))
+    await session.speak("trigger the bug")
+    assert (await waiter).data["detail"] == "internal: RuntimeError"
+    monkeypatch.undo()
+    assert session.state == "connected"
+    await session.speak("recovered")
+    await session.wait_for("agent_turn_ended", 3)
