@@ -19,8 +19,6 @@ from typing import Any
 
 from .config import SessionConfig
 from .connector import (
-    FATAL_EVENTS,
-    HANDSHAKE_EVENTS,
     Deadline,
     Handshake,
     HandshakeResult,
@@ -28,7 +26,9 @@ from .connector import (
     wait_step,
 )
 from .conversation import ConversationView
-from .errors import CATALOGUE, AvatarError, ErrorCode
+from .dispatch import InboundDispatch
+from .endings import SessionEndings
+from .errors import AvatarError, ErrorCode
 from .events import EventBus, EventSource
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .journal import Journal
@@ -37,31 +37,20 @@ from .machine import (
     SessionMachine,
     capacity_delay,
     decide_connect_failure,
-    decide_disconnect,
 )
 from .redact import register_secret
 from .tiers import RecoveryTiers
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
-from .transport.csr import IO_SERVER_DISCONNECT
 from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
 from .urls import check_url
 from .wire import (
-    AgentTurnToTalk,
-    AvailabilityResult,
-    ConversationEnded,
     In,
     Out,
-    PauseSessionExpired,
-    ProtocolError,
-    SessionError,
-    SessionReadyForResume,
     StvNewSession,
-    StvStartedTalking,
-    UserStartedTalking,
     build_approved_permissions,
     build_barge_in_marker,
     build_check_availability,
@@ -71,29 +60,12 @@ from .wire import (
     clamp_text,
     new_room_id,
     new_sticky_id,
-    parse_event,
 )
 
 log = logging.getLogger(__name__)
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
 MAX_HELD_TURNS = 32
-#: Session-error codes from the agent process, and what they mean for the session.
-AGENT_RESTARTED_CODES = frozenset({"AGENT_CHILD_CRASHED_RESTARTED"})
-AGENT_FATAL_CODES = frozenset({"AGENT_CHILD_CRASHED", "AGENT_HANDLER_FAILED"})
-
-
-#: What an ``ended`` event without an error code says to a person.
-_ENDED_MESSAGES = {
-    "closed": "The session was closed.",
-    "cancelled": "Connecting was cancelled.",
-    "idle_timeout": "The conversation ended after a long silence.",
-}
-
-
-def ended_message(reason: str) -> str:
-    """A readable sentence for an ``ended`` reason that carries no error code."""
-    return _ENDED_MESSAGES.get(reason, f"The session ended ({reason}).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +77,7 @@ class Health:
     category: str | None = None
 
 
-class AvatarSession(RecoveryTiers, EventSource):
+class AvatarSession(InboundDispatch, RecoveryTiers, SessionEndings, EventSource):
     """One live conversation with an avatar. See ``docs/`` for the full guide."""
 
     def __init__(
@@ -445,125 +417,6 @@ class AvatarSession(RecoveryTiers, EventSource):
         if not self._mic_enabled and self._channel is not None:
             await self._channel.emit(Out.MUTE_USER, build_empty())
 
-    # -- inbound -----------------------------------------------------------------------------------
-    def _on_channel_event(self, channel: ControlChannel, name: str, args: list[Any]) -> None:
-        if channel is not self._channel:
-            return  # a late event from a socket we already replaced
-        self._stats["events_in"] += 1
-        try:
-            self._dispatch_inbound(name, args)
-        except Exception as exc:
-            # A bug of ours must not take the socket's read loop down with it: report it
-            # like a malformed event and keep the session going.
-            log.error("handling %r failed: %r", name, exc, exc_info=exc)
-            self._stats["protocol_errors"] += 1
-            self._emit(
-                "protocol_error", {"event": name, "detail": f"internal: {type(exc).__name__}"}
-            )
-
-    def _dispatch_inbound(self, name: str, args: list[Any]) -> None:
-        try:
-            parsed = parse_event(name, args)
-        except ProtocolError as exc:
-            self._stats["protocol_errors"] += 1
-            self._emit("protocol_error", {"event": exc.event, "detail": exc.detail})
-            return
-        if name in HANDSHAKE_EVENTS and self._handshake is not None:
-            self._handshake.offer(name, parsed)
-        code = FATAL_EVENTS.get(name)
-        if code is not None:
-            self._on_fatal_server_event(AvatarError(code, name))
-            return
-        if isinstance(parsed, SessionError):
-            self._on_session_error(parsed)
-            return
-        if isinstance(parsed, SessionReadyForResume | PauseSessionExpired):
-            # The server let go of the avatar's media while paused; resume() rebuilds it.
-            self._released = True
-            expired = isinstance(parsed, PauseSessionExpired)
-            self._emit("session_released", {"reason": "pause_expired" if expired else "ready"})
-        if name == In.SHOW_AGENT and not self._machine.is_in("connecting"):
-            self._agent_ready.set()
-        if isinstance(parsed, AvailabilityResult):
-            for waiter in self._probe_waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            self._probe_waiters.clear()
-        if self._lanes is not None:
-            self._lanes.on_event(parsed)
-        for public_name, data in self._view.apply(parsed):
-            self._emit(public_name, data)
-        if self._view.thread_id and self._completion.thread_id != self._view.thread_id:
-            self._completion.hold(self._view.thread_id)
-        if isinstance(parsed, AgentTurnToTalk | StvStartedTalking | UserStartedTalking):
-            self._idle.touch()
-        spiral = self._guards.observe(parsed)
-        if spiral is not None and self._machine.is_in("connected", "recovering_media"):
-            self._spawn(self._recover_from_spiral(), "spiral-recovery")
-        if isinstance(parsed, ConversationEnded):
-            reason = "conversation_ended"
-            self._spawn(self._end(reason, ErrorCode.SERVER_ENDED), "end")
-
-    def _on_fatal_server_event(self, error: AvatarError) -> None:
-        if self._handshake is not None:
-            self._handshake.fail(error)
-        if self._machine.is_in("connected", "paused", "reconnecting", "recovering_media"):
-            self._spawn(self._fail(error, reason=str(error.code)), "fail")
-
-    def _on_session_error(self, event: SessionError) -> None:
-        if event.code in AGENT_RESTARTED_CODES:
-            err = AvatarError(ErrorCode.AGENT_RESTARTED, event.code)
-            self._emit(
-                "session_error", {"code": event.code, "recoverable": True, "message": event.message}
-            )
-            self._emit("error", err.as_event())
-            # A restarting agent drops user turns: hold them until it is back (showAgent),
-            # or for agent_timeout at most, then deliver them in order.
-            self._agent_ready.clear()
-            self._spawn(self._await_agent_ready(), "agent-restart")
-            return
-        recoverable = event.code not in AGENT_FATAL_CODES
-        self._emit(
-            "session_error",
-            {"code": event.code, "recoverable": recoverable, "message": event.message},
-        )
-        if not recoverable:
-            self._spawn(
-                self._fail(
-                    AvatarError(ErrorCode.AGENT_CRASHED, event.code), reason="agent_crashed"
-                ),
-                "fail",
-            )
-
-    async def _await_agent_ready(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._agent_ready.wait(), self.config.agent_timeout)
-        self._agent_ready.set()
-        await self._flush_held()
-
-    def _on_channel_disconnect(self, channel: ControlChannel, reason: str) -> None:
-        if channel is not self._channel:
-            return
-        decision = decide_disconnect(self.state, reason)
-        log.info("socket disconnected (%s) in %s: %s", reason, self.state, decision.action)
-        if decision.action == "abort_connect":
-            if self._handshake is not None:
-                code = (
-                    ErrorCode.SERVER_ENDED
-                    if reason == IO_SERVER_DISCONNECT
-                    else ErrorCode.TRANSPORT_CLOSED
-                )
-                self._handshake.fail(AvatarError(code, reason))
-        elif decision.action == "recover_socket":
-            self._spawn(self._socket_recovery(channel, reason), "socket-recovery")
-        elif decision.action == "end":
-            code = (
-                ErrorCode.SERVER_ENDED
-                if reason == IO_SERVER_DISCONNECT
-                else ErrorCode.TRANSPORT_CLOSED
-            )
-            self._spawn(self._end(reason, code), "end")
-
     # -- brain guards and tools --------------------------------------------------------------
     def on_tool_call(
         self, name: str, handler: Callable[..., Any], schema: dict[str, Any] | None = None
@@ -748,145 +601,6 @@ class AvatarSession(RecoveryTiers, EventSource):
         if channel is None or not channel.connected:
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "no connected control channel")
         return channel
-
-    # -- endings ---------------------------------------------------------------------------------
-    async def close(self) -> None:
-        """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
-        if self._machine.terminal:
-            return
-        self._close_requested = True
-        connect_task = self._connect_task
-        if connect_task is not None and connect_task is not asyncio.current_task():
-            connect_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, AvatarError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(connect_task), self.config.close_timeout)
-            if self._machine.terminal:
-                return
-        await self._end("closed", None)
-
-    async def _finish(self, reason: str) -> None:
-        await self._end(reason, None)
-
-    async def _end(self, reason: str, code: ErrorCode | None) -> None:
-        """Graceful end: ``disconnecting`` → teardown → ``ended``."""
-        if self._machine.terminal or self._machine.is_in("disconnecting"):
-            return
-        if not await self._machine.fire("end"):
-            return
-        self._end_reason = reason
-        completing: asyncio.Task[None] | None = None
-        if reason in ("closed", "idle_timeout") or (
-            reason == "conversation_ended" and self.config.complete_on_server_end
-        ):
-            # Sent beside the teardown, so a slow genie host does not stretch close().
-            completing = asyncio.ensure_future(self._signal_completion(reason))
-        else:
-            self._completion.abandon()
-        await self._teardown(AvatarError(ErrorCode.CLOSED, reason))
-        if completing is not None:
-            await completing
-        await self._release_lifecycle()
-        if self._machine.is_in("disconnecting"):
-            await self._machine.fire("finished")
-        info = CATALOGUE[code] if code is not None else None
-        self._emit(
-            "ended",
-            {
-                "reason": reason,
-                "code": str(code) if code is not None else None,
-                "severity": str(info.severity) if info else "info",
-                "recoverable": info.retryable if info else False,
-                "message": info.message if info else ended_message(reason),
-            },
-        )
-        await self._bus.aclose()
-        if self._journal is not None:
-            self._journal.close()
-
-    async def _fail(self, error: AvatarError, *, reason: str) -> None:
-        """Terminal failure: ``error`` event, teardown, ``failed``, ``ended``."""
-        if self._machine.terminal:
-            return
-        self._health_reason = str(error.code)
-        self._health_category = str(error.category)
-        self._emit("error", error.as_event())
-        await self._machine.fire("fail")
-        # A fatal end is not the end of the conversation: the app may continue the thread.
-        self._completion.abandon()
-        await self._teardown(error)
-        await self._release_lifecycle()
-        self._emit(
-            "ended",
-            {
-                "reason": reason,
-                "code": str(error.code),
-                "severity": str(error.severity),
-                "recoverable": error.retryable,
-                "message": error.message,
-            },
-        )
-        await self._bus.aclose()
-        if self._journal is not None:
-            self._journal.close()
-
-    async def _signal_completion(self, reason: str) -> None:
-        """``session_completed``: at most one POST per session, within ``close_timeout``
-        here; if the genie host is slower than that, the exit hook retries at interpreter
-        exit. Never raises."""
-        label = {"closed": "close", "conversation_ended": "server_ended"}.get(reason, reason)
-        try:
-            payload = await asyncio.wait_for(
-                self._completion.complete(reason=label), self.config.close_timeout
-            )
-        except TimeoutError:
-            payload = {
-                "thread_id": self._completion.thread_id,
-                "delivered": False,
-                "reason": label,
-                "outcome": "timeout",
-            }
-        self._emit("session_completed", payload)
-
-    async def _release_lifecycle(self) -> None:
-        self._idle.cancel()
-        if self._completion.finished:
-            default_hooks().untrack(self._completion)
-        if self._unregister_signals is not None:
-            self._unregister_signals()
-            self._unregister_signals = None
-        if self._genie is not None:
-            await self._genie.close()
-
-    def _on_idle(self) -> None:
-        if self._machine.is_in("connected", "paused"):
-            self._emit("idle_timeout", {"after": self.config.idle_timeout})
-            self._spawn(self._end("idle_timeout", None), "idle-end")
-
-    async def _teardown(self, error: AvatarError) -> None:
-        """Release every task, socket and waiter this session owns (bounded)."""
-        current = asyncio.current_task()
-        self._fail_held(error)
-        if self._handshake is not None:
-            self._handshake.fail(error)
-        pending = [t for t in self._tasks if t is not current and not t.done()]
-        for task in pending:
-            task.cancel()
-        channel, self._channel = self._channel, None
-        await asyncio.gather(
-            channel.close(self.config.close_timeout) if channel is not None else asyncio.sleep(0),
-            self._close_media(),
-        )
-        await self._guards.aclose()
-        for track in self._outputs.values():
-            track.stop()
-        self._uplink_track.stop()
-        if pending:
-            await asyncio.wait(pending, timeout=self.config.close_timeout)
-
-    async def _close_media(self) -> None:
-        lanes, self._lanes = self._lanes, None
-        if lanes is not None:
-            await lanes.close(self.config.close_timeout / 2)
 
     # -- task ownership ---------------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
