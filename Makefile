@@ -25,10 +25,10 @@ demo: $(STAMP)
 	$(PY) -m avatar_sdk.cli demo
 
 test: $(STAMP) $(NODE_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m 'not slow'
 
 soak: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -s -m slow --timeout 900
 
 lint: $(STAMP)
 	$(PY) -m ruff check avatar_sdk tests benchmarks examples

@@ -213,6 +213,12 @@ class EventSource:
         """Async iterator of events (optionally only ``names``); ends when the session ends."""
         return self._bus.events(*names)
 
-    async def wait_for(self, name: str, timeout: float | None = None) -> Event:
-        """The next event ``name``; ``TimeoutError`` after ``timeout`` seconds."""
-        return await self._bus.wait_for(name, timeout)
+    async def wait_for(
+        self,
+        name: str,
+        timeout: float | None = None,
+        predicate: Callable[[Event], bool] | None = None,
+    ) -> Event:
+        """The next event ``name`` (for which ``predicate(event)`` is true, if given);
+        ``TimeoutError`` after ``timeout`` seconds."""
+        return await self._bus.wait_for(name, timeout, predicate)

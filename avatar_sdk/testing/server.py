@@ -95,7 +95,6 @@ class Conversation:
         self.current_speech = speech_id
         turn_id = f"turn-{next(self.turn_counter)}"
         thread = None if self.thread_announced else self.thread_id
-        self.thread_announced = True
         events = brain.turn_events(
             speech_id=speech_id,
             turn_id=turn_id,
@@ -117,6 +116,11 @@ class Conversation:
                     await asyncio.sleep(spoken / 1000.0 * self.server.speech_time_scale)
                     self.speaking = False
                 await self.emit(event, payload)
+                if thread is not None and event == In.AGENT_RAW_TEXT:
+                    # Announced once it was really sent: a turn cut short by a barge-in
+                    # before its first segment leaves the next turn to carry the thread.
+                    self.thread_announced = True
+                    thread = None
                 await asyncio.sleep(self.server.event_spacing)
         except asyncio.CancelledError:
             self.speaking = False

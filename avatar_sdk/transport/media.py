@@ -62,6 +62,7 @@ class MediaLanes:
         self._allow_private = allow_private
         self._turn = turn
         self.room_id: str | None = None
+        self._closed = False
         self._http: aiohttp.ClientSession | None = None
         self.asr: AsrUplink | None = None
         self.stv: StvDownlink | None = None
@@ -109,7 +110,14 @@ class MediaLanes:
             log.info("playable gate capped after %.2fs without a %s frame", GATE_CAP, kind)
         self.gate_waited = time.monotonic() - started
 
+    def _check_open(self) -> None:
+        # A recovery still running on lanes that a cold reconnect or close() already
+        # replaced must not build peers or HTTP sessions nobody will ever close.
+        if self._closed:
+            raise AvatarError(ErrorCode.CLOSED, "these media lanes were closed")
+
     def _new_downlink(self) -> StvDownlink:
+        self._check_open()
         if self._http is None:
             self._http = aiohttp.ClientSession()
         return StvDownlink(
@@ -245,6 +253,7 @@ class MediaLanes:
             await old.close()
         self.asr_report_at = None
         self._asr_report_key = None
+        self._check_open()
         asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
         self.asr = asr
         sdp = await asr.create_offer()
@@ -302,6 +311,7 @@ class MediaLanes:
 
     async def close(self, timeout: float) -> None:
         """Release both peers (WHEP DELETE first) and the HTTP session, within ``timeout``."""
+        self._closed = True
         for fut in self._expect.values():
             if not fut.done():
                 fut.cancel()
