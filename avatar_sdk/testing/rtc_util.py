@@ -1,0 +1,184 @@
+"""Shared aiortc plumbing of the staging media side: constants, SDP helpers, fault
+primitives (black-holing an ICE connection) and :class:`IcePath` for ICE restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import av
+from aiortc import RTCConfiguration
+
+if TYPE_CHECKING:
+    from .server import Conversation
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("asr", "stv")
+ICE_FAILURE_MODES = ("close", "blackhole")
+STUCK_MODES = ("no_answer", "no_candidates")
+WHEP_PATH = "/rtc/v1/whep/"
+WHEP_RESOURCE_PATH = "/rtc/v1/whep/resource/"
+NO_ACTIVE_SESSION = "NO_ACTIVE_SESSION"
+
+Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
+
+
+def _rtc_configuration() -> RTCConfiguration:
+    # No STUN server: aiortc's default (a public Google server) would be contacted from a
+    # loopback test backend, slowing gathering down or failing offline.
+    return RTCConfiguration(iceServers=[])
+
+
+def _check_channel(channel: str) -> None:
+    if channel not in CHANNELS:
+        raise ValueError(f"channel must be one of {CHANNELS}, not {channel!r}")
+
+
+def strip_candidates(sdp: str) -> str:
+    """``sdp`` without its ``a=candidate`` and ``a=end-of-candidates`` lines."""
+    lines = [
+        line
+        for line in sdp.splitlines()
+        if line and not line.startswith(("a=candidate:", "a=end-of-candidates"))
+    ]
+    return "\r\n".join(lines) + "\r\n"
+
+
+def _h264_encoder_available() -> bool:
+    try:
+        av.codec.Codec("libx264", "w")
+    except Exception:  # PyAV raises its own errors for a codec missing from the build
+        return False
+    return True
+
+
+def _ice_transports(pc: Any) -> list[Any]:
+    """Distinct ICE transports of ``pc`` (one with BUNDLE)."""
+    seen: dict[int, Any] = {}
+    for transceiver in pc.getTransceivers():
+        dtls = transceiver.receiver.transport
+        if dtls is not None:
+            seen.setdefault(id(dtls.transport), dtls.transport)
+    return list(seen.values())
+
+
+def _blackhole(connection: Any) -> None:
+    """A dead network path for one aioice connection: every datagram dropped, both ways,
+    STUN included, so neither side hears consent checks or media any more."""
+
+    async def drop_send(data: bytes, addr: Any) -> None:
+        return None
+
+    def drop(*args: Any) -> None:
+        return None
+
+    for protocol in connection._protocols:
+        protocol.datagram_received = drop
+        protocol.send_data = drop_send
+        protocol.send_stun = drop
+
+
+def _is_srtp(data: bytes) -> bool:
+    # RFC 7983 demultiplexing: 128..191 is RTP/RTCP; DTLS is 20..63, STUN never gets here.
+    return bool(data) and 127 < data[0] < 192
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _close_pc(pc: Any, timeout: float = 2.0) -> None:
+    # pc.close() sends the DTLS close alert, stops ICE and every RTP loop of the peer.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pc.close(), timeout)
+
+
+class IcePath:
+    """What aiortc's DTLS transport reads and writes through, for one ICE transport.
+
+    Two jobs: an ICE restart moves the DTLS session to a new aioice connection without
+    DTLS noticing (stock aiortc cannot restart ICE: RECOVERY-NOTES), and an ASR media stall
+    drops SRTP/SRTCP while DTLS and STUN consent keep the peer ``connected``. Install it
+    before DTLS starts (right after ``setRemoteDescription``); either side of a peer can
+    use it (the tests drive a client-side ICE restart with it).
+    Private aiortc 1.16 / aioice 0.13 attributes: both are pinned exactly.
+    """
+
+    def __init__(self, ice: Any, *, blocked: Callable[[], bool], grace: float) -> None:
+        self.ice = ice
+        self.active: Any = ice._connection
+        self._blocked = blocked
+        self._grace = grace
+        self._switched: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._get: asyncio.Future[bytes] | None = None
+        self._get_conn: Any = None
+        self.dropped = 0
+        ice._recv = self._recv
+        ice._send = self._send
+
+    async def _recv(self) -> bytes:
+        while True:
+            data = await self._recv_active()
+            if self._blocked() and _is_srtp(data):
+                self.dropped += 1
+                continue
+            return data
+
+    async def _recv_active(self) -> bytes:
+        while True:
+            conn, switched = self.active, self._switched
+            if self._get is None or self._get_conn is not conn:
+                self._get, self._get_conn = asyncio.ensure_future(conn.recv()), conn
+                self._get.add_done_callback(_retrieve)
+            get = self._get
+            await asyncio.wait({get, switched}, return_when=asyncio.FIRST_COMPLETED)
+            if not get.done():
+                get.cancel()  # switched to a new connection: read from that one
+                self._get = None
+                continue
+            self._get = None
+            try:
+                return get.result()
+            except ConnectionError:
+                if conn is not self.active:
+                    continue
+                # The path died: hide it from DTLS for a while, an ICE restart may come.
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._switched), self._grace)
+                except TimeoutError:
+                    raise ConnectionError("ICE path lost and no ICE restart") from None
+
+    async def _send(self, data: bytes) -> None:
+        if self._blocked() and _is_srtp(data):
+            self.dropped += 1
+            return
+        with contextlib.suppress(ConnectionError):
+            # A dead path drops, as UDP would: aiortc's RTP/RTCP loops end on the exception.
+            await self.active.send(data)
+
+    def switch_to(self, new: Any) -> Any:
+        """Carry the DTLS session over to ``new`` (connected); return the old connection."""
+        old, self.active = self.active, new
+        ice = self.ice
+        ice._connection = new
+        monitor = ice._RTCIceTransport__monitor_task
+        if monitor is not None:
+            monitor.cancel()
+        ice._RTCIceTransport__monitor_task = asyncio.ensure_future(ice._monitor())
+        if ice.state == "failed":
+            ice._RTCIceTransport__setState("completed")
+        done, self._switched = self._switched, asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return old
+
+    def close(self) -> None:
+        if self._get is not None:
+            self._get.cancel()
+            self._get = None
+        if not self._switched.done():
+            self._switched.cancel()
