@@ -78,7 +78,6 @@ class InboundDispatch:
     def _on_channel_event(self, channel: ControlChannel, name: str, args: list[Any]) -> None:
         if channel is not self._channel:
             return  # a late event from a socket we already replaced
-        self._stats["events_in"] += 1
         try:
             self._dispatch_inbound(name, args)
         except Exception as exc:

@@ -404,6 +404,7 @@ class AvatarSession(InboundDispatch, RecoveryTiers, SessionEndings, EventSource)
             partner_id=self._partner_id,
             on_event=lambda name, args: self._on_channel_event(channel, name, args),
             on_disconnect=self._on_channel_disconnect,
+            counters=self._stats,
         )
         if self._handshake is not None:
             self._handshake.close()
@@ -533,7 +534,6 @@ class AvatarSession(InboundDispatch, RecoveryTiers, SessionEndings, EventSource)
         if channel is not None:
             with contextlib.suppress(AvatarError):
                 await channel.emit(event, build_empty())
-                self._stats["events_out"] += 1
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar)."""
@@ -594,7 +594,6 @@ class AvatarSession(InboundDispatch, RecoveryTiers, SessionEndings, EventSource)
             with contextlib.suppress(asyncio.CancelledError):
                 await pending
         await self._require_channel().emit(event, payload)
-        self._stats["events_out"] += 1
 
     def _require_channel(self) -> ControlChannel:
         channel = self._channel

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 import av
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
+from .ice import apply_answer
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +172,7 @@ class AsrUplink:
         return str(self.pc.localDescription.sdp)
 
     async def accept_answer(self, sdp: str) -> None:
-        try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
-        except (ValueError, AttributeError) as exc:
-            raise AvatarError(
-                ErrorCode.ASR_FAILED, f"bad answer SDP ({type(exc).__name__})"
-            ) from None
+        await apply_answer(self.pc, sdp, ErrorCode.ASR_FAILED, "answer SDP")
 
     async def add_remote_candidate(
         self, candidate: str, sdp_mline_index: int | None, sdp_mid: str | None

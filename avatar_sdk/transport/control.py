@@ -53,6 +53,7 @@ class ControlChannel:
         on_disconnect: DisconnectSink,
         level: str = "published",
         debug_mode: bool = True,
+        counters: dict[str, Any] | None = None,
     ) -> None:
         register_secret(token)
         self._base_url = url.rstrip("/")
@@ -71,8 +72,11 @@ class ControlChannel:
         self._emit_lock = asyncio.Lock()
         self._closed = False
         self.connect_count = 0
-        self.events_in = 0
-        self.events_out = 0
+        #: ``events_in`` / ``events_out`` on the wire; a session passes one dict to all of
+        #: its channels so its totals span reconnects without being counted twice.
+        self.counters: dict[str, Any] = counters if counters is not None else {}
+        self.counters.setdefault("events_in", 0)
+        self.counters.setdefault("events_out", 0)
         self.last_activity = time.monotonic()
 
     def __repr__(self) -> str:
@@ -178,7 +182,7 @@ class ControlChannel:
                 await client.emit(event, payload)
             except (socketio.exceptions.SocketIOError, OSError) as exc:
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
-        self.events_out += 1
+        self.counters["events_out"] += 1
 
     async def drop(self, reason: str = "ping timeout") -> None:
         """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
@@ -204,7 +208,7 @@ class ControlChannel:
 
     # -- inbound ----------------------------------------------------------------------------
     async def _handle_event(self, event: str, *args: Any) -> None:
-        self.events_in += 1
+        self.counters["events_in"] += 1
         self.last_activity = time.monotonic()
         self._on_event(event, list(args))
 

@@ -1,11 +1,14 @@
-"""ICE server configuration (PROTOCOL.md §1.4), pure."""
+"""Peer-connection plumbing shared by both channels: ICE servers (PROTOCOL.md §1.4) and
+applying a remote answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aiortc import RTCConfiguration, RTCIceServer
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy, RTCIceTransportPolicy
+
+from ..errors import AvatarError, ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +45,11 @@ def rtc_configuration(turn: TurnConfig | None, *, relay_only: bool = False) -> R
     return RTCConfiguration(
         iceServers=servers, iceTransportPolicy=policy, bundlePolicy=RTCBundlePolicy.MAX_BUNDLE
     )
+
+
+async def apply_answer(pc: RTCPeerConnection, sdp: str, code: ErrorCode, what: str) -> None:
+    """Apply a server's answer SDP; an unusable one is ``AvatarError(code)``, not a crash."""
+    try:
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
+    except (ValueError, AttributeError) as exc:
+        raise AvatarError(code, f"bad {what} ({type(exc).__name__})") from None

@@ -63,6 +63,7 @@ class MediaLanes:
         self._turn = turn
         self.room_id: str | None = None
         self._closed = False
+        self._candidate_tasks: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
         self.asr: AsrUplink | None = None
         self.stv: StvDownlink | None = None
@@ -297,11 +298,12 @@ class MediaLanes:
             if fut is not None and not fut.done():
                 fut.set_result(event)
             return
-        if isinstance(event, AsrIceCandidate) and self.asr is not None:
+        if isinstance(event, AsrIceCandidate) and self.asr is not None and not self._closed:
             task = asyncio.ensure_future(
                 self.asr.add_remote_candidate(event.candidate, event.sdp_mline_index, event.sdp_mid)
             )
-            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+            self._candidate_tasks.add(task)  # owned: cancelled by close()
+            task.add_done_callback(self._candidate_tasks.discard)
 
     @property
     def peer_count(self) -> int:
@@ -312,6 +314,11 @@ class MediaLanes:
     async def close(self, timeout: float) -> None:
         """Release both peers (WHEP DELETE first) and the HTTP session, within ``timeout``."""
         self._closed = True
+        pending = list(self._candidate_tasks)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         for fut in self._expect.values():
             if not fut.done():
                 fut.cancel()

@@ -18,10 +18,11 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..errors import AvatarError, ErrorCode
+from .ice import apply_answer
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +156,7 @@ class StvDownlink:
             resolved = urljoin(url, location)
             self._check_host(resolved, "WHEP Location")
             self.location = resolved
-        try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body, type="answer"))
-        except (ValueError, AttributeError) as exc:
-            raise AvatarError(
-                ErrorCode.MEDIA_FAILED, f"bad WHEP answer ({type(exc).__name__})"
-            ) from None
+        await apply_answer(self.pc, body, ErrorCode.MEDIA_FAILED, "WHEP answer")
         self.subscribed_at = time.monotonic()
 
     def _on_track(self, track: MediaStreamTrack) -> None:
