@@ -23,11 +23,14 @@ class RetryPolicy:
     cap: float = 30.0
     jitter: Literal["full", "none"] = "full"
     reset_after_success: bool = True
+    #: Seconds connected after a cold reconnect before the tier's streak budget resets
+    #: (with ``reset_after_success``); shorter stays count as one streak of failures.
+    stable_after: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
-        for name in ("initial", "base", "cap"):
+        for name in ("initial", "base", "cap", "stable_after"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0")
@@ -61,6 +64,9 @@ class SessionConfig:
     #: How long a probe (a ``checkAvailability`` round trip) may take before the socket
     #: counts as dead; also the verification of a socket-tier recovery.
     socket_probe_timeout: float = 1.0
+    #: After a recovery, how long a turn sent before it waits for the server's evidence of
+    #: receipt (its speechId, or ``agentTurnToTalk``) before it is resent once.
+    turn_confirm_timeout: float = 3.0
     brain_stall_timeout: float = 12.0
     tool_spiral_limit: int = 10
     hard_tool_spiral_limit: int | None = None

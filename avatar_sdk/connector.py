@@ -123,7 +123,8 @@ class HandshakeResult:
     permissions: AskPermissions | None = None
 
 
-Advance = Callable[[str], Awaitable[bool]]
+#: Reports progress through the connect steps (the machine's ``connecting_*`` triggers).
+Advance = Callable[[str], None]
 
 
 class Deadline:
@@ -169,7 +170,7 @@ async def run_handshake(
     result = HandshakeResult(room_id=room_id)
     server = await wait_step(handshake, config, deadline, In.ON_SERVER_CONNECTED)
     result.server = server if isinstance(server, ServerConnected) else None
-    await advance("socket_open")
+    advance("socket_open")
 
     await channel.emit(Out.JOIN, build_join(room_id=room_id, token=token, thread_id=thread_id))
     cfg, _ = await asyncio.gather(
@@ -178,25 +179,25 @@ async def run_handshake(
     )
     if isinstance(cfg, ClientConfiguration):
         result.client_configuration = dict(cfg.config)
-    await advance("joined")
+    advance("joined")
 
     # stvNewSession first, availability in parallel (the reference order, PROTOCOL.md §4.7).
     await channel.emit(Out.STV_NEW_SESSION, build_stv_new_session(room_id))
     await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
     stv = await wait_step(handshake, config, deadline, In.STV_NEW_SESSION)
     result.stv = stv if isinstance(stv, StvNewSession) else None
-    await advance("stv_ready")
+    advance("stv_ready")
 
     await wait_step(handshake, config, deadline, In.SHOW_AGENT)
-    await advance("agent_shown")
+    advance("agent_shown")
     perms = await wait_step(handshake, config, deadline, In.ASK_PERMISSIONS)
     result.permissions = perms if isinstance(perms, AskPermissions) else None
 
     if media and media_steps is not None:
-        await advance("permissions_asked")
+        advance("permissions_asked")
         await media_steps(result)
     else:
-        await advance("media_skipped")
+        advance("media_skipped")
 
     await channel.emit(Out.APPROVED_PERMISSIONS, build_approved_permissions(room_id))
     return result

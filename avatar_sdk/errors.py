@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     INVALID_STATE = "invalid_state"
     INVALID_ARGUMENT = "invalid_argument"
     CLOSED = "closed"
+    INTERNAL = "internal"
 
 
 class Category(StrEnum):
@@ -139,6 +140,9 @@ CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
     ),
     ErrorCode.INVALID_ARGUMENT: CodeInfo(_E, False, Category.CLIENT, "An argument was invalid."),
     ErrorCode.CLOSED: CodeInfo(_E, False, Category.CLIENT, "The session is closed."),
+    ErrorCode.INTERNAL: CodeInfo(
+        _F, False, Category.CLIENT, "An internal task of the SDK failed (a bug: please report)."
+    ),
 }
 
 

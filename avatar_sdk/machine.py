@@ -3,7 +3,16 @@
 Every state and every transition is declared in :data:`STATES` and :data:`TRANSITIONS`
 below; nothing else changes a session's state. Channels and guards report facts, the
 session runtime turns facts into triggers with the pure ``decide_*`` functions here, and the
-machine refuses any transition that is not declared (a bug, reported loudly in tests).
+machine refuses any transition that is not declared: :meth:`SessionMachine.fire` raises
+:class:`InvalidTransition` in strict mode (the test suite) and logs an error otherwise;
+transitions that may legitimately lose a race use :meth:`SessionMachine.try_fire`.
+
+The machine is synchronous on purpose: every callback is synchronous, and the asyncio
+flavour of ``transitions`` turns a caller's ``CancelledError`` into ``False`` and cancels
+other tasks mid-transition. Besides the state it holds the session's state *data*
+(:class:`MachineData`): the user's pause, media released by the server, an agent that is
+restarting, a backoff wait, and the health reason. A socket or cold recovery returns to
+``paused`` when the user had paused (the server still holds the pause).
 
 Public state names use ``_`` between levels (``connecting_socket``); internally the
 hierarchical machine uses ``/`` because ``stv_session`` itself contains an underscore.
@@ -13,13 +22,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from transitions import MachineError
-from transitions.extensions.asyncio import HierarchicalAsyncMachine, NestedAsyncState
+from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from .config import SessionConfig
 from .errors import ErrorCode
@@ -64,8 +74,9 @@ LIVE: Final = [
     "paused",
 ]
 
-# (trigger, source(s), destination). The only transitions that exist.
-TRANSITIONS: Final[list[tuple[str, str | list[str], str]]] = [
+# (trigger, source(s), destination[, condition]). The only transitions that exist. A
+# condition names a MachineData flag; the first declared transition whose condition holds wins.
+TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     ("start", "idle", "connecting/socket"),
     ("socket_open", "connecting/socket", "connecting/joining"),
     ("joined", "connecting/joining", "connecting/stv_session"),
@@ -82,6 +93,7 @@ TRANSITIONS: Final[list[tuple[str, str | list[str], str]]] = [
     # tier 1: socket-transport recovery (connection-state recovery, no re-join)
     ("transport_lost", ["connected", "paused", "recovering_media"], "reconnecting"),
     ("transport_lost", "reconnecting", "reconnecting"),
+    ("recovered", "reconnecting", "paused", "user_paused"),
     ("recovered", "reconnecting", "connected"),
     # tier 2: media recovery in place
     ("media_down", "connected", "recovering_media"),
@@ -89,6 +101,8 @@ TRANSITIONS: Final[list[tuple[str, str | list[str], str]]] = [
     # tier 3: cold reconnect on a brand-new socket, same thread
     ("recovery_failed", "reconnecting", "cold_reconnecting"),
     ("session_lost", ["connected", "paused", "recovering_media"], "cold_reconnecting"),
+    ("session_lost", "reconnecting", "cold_reconnecting"),
+    ("cold_reconnected", "cold_reconnecting", "paused", "user_paused"),
     ("cold_reconnected", "cold_reconnecting", "connected"),
     ("pause", "connected", "paused"),
     ("resume", "paused", "connected"),
@@ -193,11 +207,50 @@ def decide_connect_failure(code: ErrorCode) -> str:
 
 
 # -- the machine ------------------------------------------------------------------------------
-class _SlashState(NestedAsyncState):
+class InvalidTransition(RuntimeError):
+    """A trigger fired in a state that does not declare it (a bug of ours)."""
+
+
+@dataclass(slots=True)
+class MachineData:
+    """State data that lives with the machine, not in flags beside it."""
+
+    #: The user paused the conversation: recoveries return to ``paused``, a cold
+    #: reconnect pauses the new server session again.
+    user_paused: bool = False
+    #: The server let go of the avatar's media while paused; ``resume()`` rebuilds it.
+    media_released: bool = False
+    #: The agent process is restarting: user turns are held until it is back.
+    agent_restarting: bool = False
+    #: A recovery or capacity wait is sleeping before its next attempt.
+    backing_off: bool = False
+    #: The avatar's media was subscribed at least once (its output tracks are live).
+    subscribed: bool = False
+    #: Why the upstream is not live (an error code or a disconnect reason), and its category.
+    reason: str | None = None
+    category: str | None = None
+
+
+#: Data changes that belong to a transition, applied when it happens.
+_ON_TRIGGER: Final[dict[str, dict[str, Any]]] = {
+    "pause": {"user_paused": True},
+    "resume": {"user_paused": False, "media_released": False},
+    "recovered": {"reason": None, "category": None, "backing_off": False},
+    "cold_reconnected": {"reason": None, "category": None, "backing_off": False},
+    "media_recovered": {"reason": None, "category": None},
+    "approved": {"reason": None, "category": None, "backing_off": False},
+}
+
+
+def _strict_default() -> bool:
+    return os.environ.get("AVATAR_SDK_STRICT_MACHINE", "") not in ("", "0")
+
+
+class _SlashState(NestedState):
     separator = "/"
 
 
-class _Machine(HierarchicalAsyncMachine):
+class _Machine(HierarchicalMachine):
     state_cls = _SlashState
 
 
@@ -209,15 +262,19 @@ ChangeListener = Callable[[str, str, str], None]
 
 
 class SessionMachine:
-    """A session's state. ``fire(trigger)`` is the only way to change it."""
+    """A session's state and state data. ``fire(trigger)`` is the only way to change state."""
 
-    def __init__(self, on_change: ChangeListener | None = None) -> None:
+    def __init__(
+        self, on_change: ChangeListener | None = None, *, strict: bool | None = None
+    ) -> None:
         self._model = _Model()
         self._on_change = on_change
+        self.strict = _strict_default() if strict is None else strict
+        self.data = MachineData()
         self._machine = _Machine(
             model=self._model,
             states=STATES,
-            transitions=[[t, s, d] for t, s, d in TRANSITIONS],  # type: ignore[misc]
+            transitions=[self._declare(t) for t in TRANSITIONS],
             initial="idle",
             auto_transitions=False,
             send_event=True,
@@ -225,6 +282,14 @@ class SessionMachine:
             queued=False,
         )
         self.history: list[tuple[str, str, str]] = []
+
+    def _declare(self, spec: tuple[Any, ...]) -> dict[str, Any]:
+        trigger, source, dest, *condition = spec
+        declared: dict[str, Any] = {"trigger": trigger, "source": source, "dest": dest}
+        if condition:
+            flag = condition[0]
+            declared["conditions"] = [lambda _event: bool(getattr(self.data, flag))]
+        return declared
 
     @property
     def state(self) -> str:
@@ -243,15 +308,36 @@ class SessionMachine:
     def can(self, trigger: str) -> bool:
         return trigger in self._machine.get_triggers(self._model.state)
 
-    async def fire(self, trigger: str) -> bool:
-        """Run a declared transition; False (and a log line) if it is not allowed now."""
+    def fire(self, trigger: str) -> None:
+        """Run a declared transition. Firing an undeclared one is a bug: it raises
+        :class:`InvalidTransition` in strict mode and is logged as an error otherwise
+        (callers that may lose a race use :meth:`try_fire`)."""
+        if not self.try_fire(trigger):
+            message = f"transition {trigger!r} is not declared from {self.state}"
+            if self.strict:
+                raise InvalidTransition(message)
+            log.error(message)
+
+    def try_fire(self, trigger: str) -> bool:
+        """Run a transition if it is declared now; False (nothing changes) if not."""
         if not self.can(trigger):
             log.debug("transition %r not allowed from %s", trigger, self.state)
             return False
         try:
-            return bool(await self._model.trigger(trigger))  # type: ignore[attr-defined]
+            fired = bool(self._model.trigger(trigger))  # type: ignore[attr-defined]
         except MachineError:
             return False
+        if fired:
+            for key, value in _ON_TRIGGER.get(trigger, {}).items():
+                setattr(self.data, key, value)
+        return fired
+
+    def set(self, **changes: Any) -> None:
+        """Change state data (a fact the machine keeps: released media, a backoff...)."""
+        for key, value in changes.items():
+            if not hasattr(self.data, key):
+                raise AttributeError(f"MachineData has no field {key!r}")
+            setattr(self.data, key, value)
 
     def _after_change(self, event: Any) -> None:
         previous = public_name(event.transition.source)
@@ -271,16 +357,17 @@ def mermaid() -> str:
         lines.append(f"    connecting_{a} --> connecting_{b}")
     lines.append("  }")
     seen: set[tuple[str, str, str]] = set()
-    for trigger, sources, dest in TRANSITIONS:
+    for trigger, sources, dest, *condition in TRANSITIONS:
+        label = f"{trigger} [{condition[0]}]" if condition else trigger
         for src in [sources] if isinstance(sources, str) else sources:
             a, b = public_name(src), public_name(dest)
             inner = a.startswith("connecting_") and b.startswith("connecting_")
             if inner and trigger != "media_skipped":
                 continue
-            key = (a, b, trigger)
+            key = (a, b, label)
             if key in seen:
                 continue
             seen.add(key)
-            lines.append(f"  {a} --> {b}: {trigger}")
+            lines.append(f"  {a} --> {b}: {label}")
     lines += ["  ended --> [*]", "  failed --> [*]"]
     return "\n".join(lines) + "\n"

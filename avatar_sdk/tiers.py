@@ -1,278 +1,251 @@
-"""The recovery tiers of a session: socket (connection-state recovery), media (in place),
-cold (a brand-new server session), and the watchdogs that notice when one is needed.
+"""The recovery controller: the three tiers and the watchdogs that notice when one is needed.
 
-A mixin of :class:`~avatar_sdk.session.AvatarSession`, kept apart so the facade stays a
-facade. Every state change still goes through the session's machine.
+* socket tier: connection-state recovery on the same link (no re-join);
+* media tier: one channel recovered in place while the other keeps running; each channel is
+  watched and recovered on its own, so a busy uplink never delays the downlink's escalation;
+* cold tier: a brand-new link (socket, join, peers) that keeps the thread.
+
+Inputs are explicit (the machine, the current-link slot, a link builder, a clock, an event
+sink) and every recovery ends in an :class:`Outcome` handed to ``on_outcome``; the
+controller never calls into the session facade. Every retry loop is tenacity's, with the
+injected clock's sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_none,
+)
 
+from .besteffort import best_effort
+from .clock import Clock
 from .config import RetryPolicy, SessionConfig
 from .connector import Deadline
 from .errors import AvatarError, Category, ErrorCode
-from .guards import ConversationGuards
+from .link import LinkBuilder, ServerLink
 from .machine import ClockJumpDetector, SessionMachine
-from .transport.control import ControlChannel
 from .transport.media import MediaLanes
 from .transport.quality import ByteMark, summarize
-from .wire import Out, build_check_availability
 
 log = logging.getLogger("avatar_sdk.session")
 
 #: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
 #: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
 SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
+#: Media codes after which retrying in place is pointless (the server session is gone, or
+#: the socket under the signalling is down: the socket tier decides then).
+_MEDIA_FINAL = frozenset({ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CLOSED})
+#: How often the media watchdog looks at both channels, seconds.
+MEDIA_TICK = 0.1
+
+Emit = Callable[[str, dict[str, Any]], None]
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
 
-class RecoveryTiers:
-    """Recovery behaviour of a session (see ``docs/resilience.md``)."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a recovery ended: usable again (``ok``), or failed with ``error``."""
 
-    config: SessionConfig
-    _machine: SessionMachine
-    _channel: ControlChannel | None
-    _lanes: MediaLanes | None
-    _guards: ConversationGuards
-    _stats: dict[str, Any]
-    _probe_waiters: list[asyncio.Future[None]]
-    _health_reason: str | None
-    _health_category: str | None
-    _backoff: bool
+    tier: str
+    ok: bool
+    duration: float = 0.0
+    error: AvatarError | None = None
+    end_reason: str = "gave_up"
 
-    if TYPE_CHECKING:
 
-        def _emit(self, name: str, data: dict[str, Any] | None = None) -> None: ...
-        async def _fail(self, error: AvatarError, *, reason: str) -> None: ...
-        async def _flush_held(self) -> None: ...
-        async def _close_media(self) -> None: ...
-        def _require_channel(self) -> ControlChannel: ...
-        async def _open_and_join(
-            self, deadline: Deadline, advance: Callable[[str], Coroutine[Any, Any, bool]]
-        ) -> None: ...
+class LinkSlot:
+    """The link of the moment (None while none is open). Shared by its owner, the session,
+    and the controller that replaces it on a cold reconnect."""
 
-    # -- tier 1: socket ---------------------------------------------------------------------------
-    async def _socket_recovery(self, channel: ControlChannel, reason: str) -> None:
-        cfg = self.config
-        if not await self._machine.fire("transport_lost"):
-            return
-        started = time.monotonic()
+    def __init__(self) -> None:
+        self.current: ServerLink | None = None
+
+
+class _Escalate(Exception):
+    """The socket tier cannot restore this session: go cold."""
+
+
+class _TryAgain(Exception):
+    """This socket-tier attempt did not verify: another one, within the window."""
+
+
+class RecoveryController:
+    """The recovery tiers of one session (see ``docs/resilience.md``)."""
+
+    def __init__(
+        self,
+        *,
+        machine: SessionMachine,
+        config: SessionConfig,
+        clock: Clock,
+        slot: LinkSlot,
+        builder: LinkBuilder,
+        thread_id: Callable[[], str | None],
+        restore: Callable[[ServerLink], Awaitable[None]],
+        emit: Emit,
+        spawn: Spawn,
+        on_outcome: Callable[[Outcome], Awaitable[None]],
+        stats: dict[str, Any],
+    ) -> None:
+        self._machine = machine
+        self._config = config
+        self._clock = clock
+        self._slot = slot
+        self._builder = builder
+        self._thread_id = thread_id
+        self._restore = restore
+        self._emit = emit
+        self._spawn = spawn
+        self._on_outcome = on_outcome
+        self._stats = stats
+        self._media_tasks: dict[str, asyncio.Task[Any]] = {}
+        self._cold_spent = 0
+        self._stable_since: float | None = None
+
+    # -- shared -----------------------------------------------------------------------------
+    async def _backoff(self, seconds: float) -> None:
+        self._machine.set(backing_off=True)
+        try:
+            await self._clock.sleep(seconds)
+        finally:
+            self._machine.set(backing_off=False)
+
+    def _record(self, tier: str, duration: float) -> None:
+        self._stats["reconnects"][tier] += 1
+        durations = self._stats["recovery_durations"][tier]
+        durations.append(duration)
+        del durations[:-100]
+
+    def _note(self, error: AvatarError) -> None:
+        self._machine.set(reason=str(error.code), category=str(error.category))
+
+    # -- tier 1: socket ---------------------------------------------------------------------
+    async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
+        """A recoverable drop of ``link``: restore it in place, or go cold. None if the
+        machine refused (the session is ending, or already recovering)."""
+        if not self._machine.try_fire("transport_lost"):
+            return None
+        cfg = self._config
+        clock = self._clock
+        started = clock.monotonic()
         window_ends = started + cfg.reconnect_window
         attempts = max(1, cfg.max_reconnect_attempts)
-        self._health_reason, self._health_category = reason, str(Category.NETWORK)
-        for attempt in range(1, attempts + 1):
-            delay = SOCKET_TIER_POLICY.delay(attempt)
-            if delay:
-                self._backoff = True
-                await asyncio.sleep(min(delay, max(0.0, window_ends - time.monotonic())))
-                self._backoff = False
-            remaining = window_ends - time.monotonic()
-            if remaining <= 0 or channel is not self._channel:
-                break
-            self._emit(
-                "reconnecting",
-                {"tier": "socket", "attempt": attempt, "max_attempts": attempts, "reason": reason},
-            )
-            try:
-                outcome = await channel.reconnect(min(cfg.server_connect_timeout, remaining))
-            except AvatarError as error:
-                if error.code is ErrorCode.AUTH_FAILED:
-                    await self._fail(error, reason="auth_failed")
-                    return
-                continue
-            if outcome.recovered and not await self._probe(channel, cfg.socket_probe_timeout):
-                # "Reconnected but silent" must not count: try again within the window.
-                continue
-            if outcome.recovered:
-                duration = time.monotonic() - started
-                await self._machine.fire("recovered")
-                self._record_recovery("socket", duration)
-                self._health_reason = self._health_category = None
-                self._emit(
-                    "reconnected", {"tier": "socket", "recovered": True, "duration": duration}
-                )
-                await self._flush_held()
-                return
-            # The server answered with a fresh session: nothing to resume on this socket.
-            break
-        await self._machine.fire("recovery_failed")
-        await self._cold_reconnect(f"socket recovery failed ({reason})")
-
-    # -- tier 2: media -----------------------------------------------------------------------------
-    async def _media_watchdog(self) -> None:
-        """Detect dead media fast: a failed/closed peer, no downlink frames, no uplink
-        receiver reports for ``media_stall_timeout``. Recovery runs right here, so there is
-        one owner and never two recoveries of the same lanes at once."""
-        tick = 0
-        watching_since: float | None = None
-        stall = self.config.media_stall_timeout
-        while not self._machine.terminal:
-            await asyncio.sleep(0.1)
-            tick += 1
-            lanes = self._lanes
-            if lanes is None or not self._machine.is_in("connected"):
-                watching_since = None
-                continue
-            if watching_since is None:
-                watching_since = time.monotonic()  # usable again: silence counts from now
-                await lanes.poll_asr_reports()
-            elif tick % 3 == 0:
-                await lanes.poll_asr_reports()
-            down = lanes.down_channels(time.monotonic(), stall, watching_since)
-            if "asr" in down and "receiver report" in down["asr"]:
-                # Never act on a stale reading: look at the peer's reports once more first.
-                await lanes.poll_asr_reports()
-                down = lanes.down_channels(time.monotonic(), stall, watching_since)
-            if down:
-                await self._recover_media(lanes, down)
-                watching_since = None
-
-    async def _recover_media(self, lanes: MediaLanes, down: dict[str, str]) -> None:
-        if not await self._machine.fire("media_down"):
-            return
-        cfg = self.config
-
-        async def emit(event: str, payload: object) -> None:
-            await self._require_channel().emit(event, payload)
-
-        async def recover(channel: str, reason: str) -> tuple[str, str, float]:
-            method = "renegotiate" if channel == "asr" else "whep_resubscribe"
-            error: AvatarError | None = None
-            for attempt in range(1, max(1, cfg.max_media_recoveries) + 1):
-                started = time.monotonic()
-                self._emit(
-                    "media_recovering",
-                    {"channel": channel, "method": method, "attempt": attempt, "reason": reason},
-                )
-                try:
-                    if channel == "asr":
-                        method = await lanes.recover_asr(emit, cfg.media_recovery_timeout)
-                    else:
-                        method = await lanes.recover_stv(emit, cfg.media_recovery_timeout)
-                except AvatarError as exc:
-                    error = exc
-                    if exc.code in (ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED):
-                        break
-                    continue
-                return channel, method, time.monotonic() - started
-            raise error or AvatarError(ErrorCode.MEDIA_FAILED, f"{channel} recovery failed")
-
-        results = await asyncio.gather(
-            *(recover(ch, why) for ch, why in down.items()), return_exceptions=True
-        )
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if not failures:
-            await self._machine.fire("media_recovered")
-            for result in results:
-                if isinstance(result, tuple):
-                    channel, method, duration = result
-                    self._record_recovery("media", duration)
-                    self._emit(
-                        "media_recovered",
-                        {"channel": channel, "method": method, "duration": duration},
-                    )
-            return
-        first = failures[0]
-        if not isinstance(first, AvatarError):
-            raise first
-        if not self._machine.is_in("recovering_media"):
-            return  # the socket dropped meanwhile: its tier decides, media is re-checked after
-        self._health_reason, self._health_category = str(first.code), str(first.category)
-        await self._machine.fire("session_lost")
-        await self._cold_reconnect(f"media recovery failed ({first.code})")
-
-    # -- socket liveness -----------------------------------------------------------------------
-    async def _probe(self, channel: ControlChannel, timeout: float) -> bool:
-        """One ``checkAvailability`` round trip: is the server really reading this socket?"""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._probe_waiters.append(waiter)
-        try:
-            await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
-            await asyncio.wait_for(waiter, timeout)
-        except (AvatarError, TimeoutError):
-            return False
-        finally:
-            if waiter in self._probe_waiters:
-                self._probe_waiters.remove(waiter)
-        return True
-
-    async def _socket_watchdog(self) -> None:
-        """Probe a quiet control socket: a silently dead one (no close, no ping answer) is
-        found in ``socket_probe_interval + socket_probe_timeout`` instead of Engine.IO's
-        ping timeout (up to 45 s), then handed to the socket tier like any drop."""
-        cfg = self.config
-        step = min(0.5, cfg.socket_probe_interval / 4)
-        clocks = ClockJumpDetector()
-        while not self._machine.terminal:
-            await asyncio.sleep(step)
-            jump = clocks.check(time.time(), time.monotonic())
-            if jump is not None:
-                # The host slept (the wall clock moved, the monotonic one did not): every
-                # connection may be dead without anyone having said so. Probe now.
-                log.info("host resumed after ~%.1fs asleep; probing the connection", jump)
-                self.notify_network_change()
-            channel = self._channel
-            if channel is None or not channel.connected:
-                continue
-            if not self._machine.is_in("connected", "paused", "recovering_media"):
-                continue
-            if time.monotonic() - channel.last_activity < cfg.socket_probe_interval:
-                continue
-            if (
-                not await self._probe(channel, cfg.socket_probe_timeout)
-                and channel is self._channel
-            ):
-                log.info("control socket unresponsive; treating it as dropped")
-                self._stats["dead_socket_detections"] = (
-                    self._stats.get("dead_socket_detections", 0) + 1
-                )
-                await channel.drop("ping timeout")
-
-    def notify_network_change(self) -> None:
-        """The host's network changed: probe the control socket at once instead of waiting
-        for it to go quiet (media channels are checked every 0.1 s anyway)."""
-        if self._machine.terminal:
-            return
-        channel = self._channel
-        if channel is not None:
-            channel.last_activity = 0.0  # the next watchdog tick probes at once
-        self._emit("network_changed", {})
-
-    # -- tier 3: cold reconnect ---------------------------------------------------------------
-    async def _cold_reconnect(self, reason: str) -> None:
-        policy = self.config.cold_reconnect
-        started = time.monotonic()
-        attempts = 0
+        self._machine.set(reason=reason, category=str(Category.NETWORK))
 
         def wait(state: RetryCallState) -> float:
-            return policy.delay(state.attempt_number + 1)
-
-        def before_sleep(state: RetryCallState) -> None:
-            self._backoff = True
+            delay = SOCKET_TIER_POLICY.delay(state.attempt_number + 1)
+            return min(delay, max(0.0, window_ends - clock.monotonic()))
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.max_attempts),
+            stop=stop_after_attempt(attempts),
             wait=wait,
-            retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
-            before_sleep=before_sleep,
+            retry=retry_if_exception(lambda e: isinstance(e, _TryAgain)),
+            sleep=self._backoff,
             reraise=True,
         )
         try:
             async for attempt in retrying:
                 with attempt:
-                    self._backoff = False
+                    await self._socket_attempt(link, reason, attempt.retry_state, window_ends)
+        except AvatarError as error:  # refused for good (auth): no other tier can help
+            outcome = Outcome("socket", False, error=error, end_reason=str(error.code))
+            await self._on_outcome(outcome)
+            return outcome
+        except (_Escalate, _TryAgain):
+            if not self._machine.try_fire("recovery_failed"):
+                return None
+            return await self.recover_cold(f"socket recovery failed ({reason})")
+        duration = clock.monotonic() - started
+        self._machine.fire("recovered")
+        self._record("socket", duration)
+        self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
+        outcome = Outcome("socket", True, duration)
+        await self._on_outcome(outcome)
+        return outcome
+
+    async def _socket_attempt(
+        self, link: ServerLink, reason: str, state: RetryCallState, window_ends: float
+    ) -> None:
+        cfg = self._config
+        remaining = window_ends - self._clock.monotonic()
+        if remaining <= 0 or link is not self._slot.current:
+            raise _Escalate
+        attempts = max(1, cfg.max_reconnect_attempts)
+        self._emit(
+            "reconnecting",
+            {
+                "tier": "socket",
+                "attempt": state.attempt_number,
+                "max_attempts": attempts,
+                "reason": reason,
+            },
+        )
+        try:
+            result = await link.channel.reconnect(min(cfg.server_connect_timeout, remaining))
+        except AvatarError as error:
+            if error.code is ErrorCode.AUTH_FAILED:
+                raise
+            raise _TryAgain from error
+        if not result.recovered:
+            raise _Escalate  # the server answered with a fresh session: nothing to resume
+        if not await link.probe(cfg.socket_probe_timeout):
+            raise _TryAgain  # "reconnected but silent" must not count
+
+    # -- tier 3: cold reconnect -------------------------------------------------------------
+    async def recover_cold(self, reason: str) -> Outcome:
+        """A brand-new link, same thread; backoff with jitter and a streak budget that a
+        stable connected period resets (``RetryPolicy.reset_after_success``)."""
+        policy = self._config.cold_reconnect
+        clock = self._clock
+        started = clock.monotonic()
+        if (
+            policy.reset_after_success
+            and self._stable_since is not None
+            and started - self._stable_since >= policy.stable_after
+            and self._cold_spent
+        ):
+            self._emit(
+                "retry_budget_reset",
+                {
+                    "tier": "cold",
+                    "spent": self._cold_spent,
+                    "stable_for": started - self._stable_since,
+                },
+            )
+            self._cold_spent = 0
+        self._stable_since = None
+        budget = policy.max_attempts - self._cold_spent
+        attempts = 0
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, budget)),
+            wait=lambda state: policy.delay(state.attempt_number + 1),
+            retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
+            sleep=self._backoff,
+            reraise=True,
+        )
+        try:
+            if budget <= 0:
+                raise AvatarError(ErrorCode.GAVE_UP, "the cold tier's streak budget is spent")
+            async for attempt in retrying:
+                with attempt:
                     attempts += 1
+                    self._cold_spent += 1
                     self._emit(
                         "reconnecting",
                         {
                             "tier": "cold",
-                            "attempt": attempts,
+                            "attempt": self._cold_spent,
                             "max_attempts": policy.max_attempts,
                             "reason": reason,
                         },
@@ -280,57 +253,205 @@ class RecoveryTiers:
                     await self._cold_attempt()
         except AvatarError as error:
             self._emit("gave_up", {"tier": "cold", "attempts": attempts, "code": str(error.code)})
-            await self._fail(error, reason="gave_up")
-            return
-        duration = time.monotonic() - started
-        await self._machine.fire("cold_reconnected")
-        self._guards.on_rebuilt()
-        self._record_recovery("cold", duration)
-        self._health_reason = self._health_category = None
+            outcome = Outcome("cold", False, error=error, end_reason="gave_up")
+            await self._on_outcome(outcome)
+            return outcome
+        duration = clock.monotonic() - started
+        self._machine.fire("cold_reconnected")
+        self._stable_since = clock.monotonic()
+        self._record("cold", duration)
         self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
-        await self._flush_held()
+        outcome = Outcome("cold", True, duration)
+        await self._on_outcome(outcome)
+        return outcome
 
     async def _cold_attempt(self) -> None:
-        old = self._channel
-        self._channel = None
+        cfg = self._config
+        old, self._slot.current = self._slot.current, None
         if old is not None:
-            await old.close(self.config.close_timeout / 2)
-        await self._close_media()
-        deadline = Deadline(self.config.overall_connect_timeout)
-
-        async def stay(_: str) -> bool:
-            return True
-
+            await old.close(cfg.close_timeout / 2)
+        link = self._builder.create()
+        self._slot.current = link
         try:
-            await self._open_and_join(deadline, advance=stay)
+            await self._builder.join(
+                link,
+                Deadline(cfg.overall_connect_timeout),
+                thread_id=self._thread_id(),
+                advance=lambda _: None,
+                after_join=self._restore,
+            )
+            if self._slot.current is not link:
+                raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during the rebuild")
         except AvatarError as error:
-            self._health_reason = str(error.code)
-            self._health_category = str(error.category)
+            self._note(error)
             raise
 
-    def _record_recovery(self, tier: str, duration: float) -> None:
-        self._stats["reconnects"][tier] += 1
-        durations = self._stats["recovery_durations"][tier]
-        durations.append(duration)
-        del durations[:-100]
+    # -- tier 2: media ----------------------------------------------------------------------
+    async def media_watchdog(self) -> None:
+        """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
+        uplink receiver reports overdue. Silence counts only from when that channel was
+        last usable; a channel under recovery is not judged."""
+        stall = self._config.media_stall_timeout
+        since: dict[str, float | None] = {"asr": None, "stv": None}
+        watched: MediaLanes | None = None
+        tick = 0
+        while not self._machine.terminal:
+            await self._clock.sleep(MEDIA_TICK)
+            tick += 1
+            link = self._slot.current
+            lanes = link.lanes if link is not None else None
+            if lanes is None or not self._machine.is_in("connected", "recovering_media"):
+                since = {"asr": None, "stv": None}
+                continue
+            if lanes is not watched:
+                watched, since = lanes, {"asr": None, "stv": None}
+                await lanes.poll_asr_reports()
+            elif tick % 3 == 0:
+                await lanes.poll_asr_reports()
+            now = self._clock.monotonic()
+            for channel in ("asr", "stv"):
+                if channel in self._media_tasks:
+                    since[channel] = None
+                    continue
+                start = since[channel]
+                if start is None:
+                    since[channel] = now
+                    continue
+                why = lanes.down_channels(now, stall, start).get(channel)
+                if why is not None and "receiver report" in why:
+                    # Never act on a stale reading: look at the peer's reports once more.
+                    await lanes.poll_asr_reports()
+                    why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                if why is not None:
+                    self._start_media_recovery(link, lanes, channel, why)
 
-    async def _quality_loop(self, interval: float) -> None:
+    def _start_media_recovery(
+        self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str
+    ) -> None:
+        if link is None:
+            return
+        if self._machine.is_in("connected") and not self._machine.try_fire("media_down"):
+            return
+        if not self._machine.is_in("recovering_media"):
+            return
+        self._media_tasks[channel] = self._spawn(
+            self._recover_channel(link, lanes, channel, why), f"media-recovery-{channel}"
+        )
+
+    async def _recover_channel(
+        self, link: ServerLink, lanes: MediaLanes, channel: str, reason: str
+    ) -> None:
+        cfg = self._config
+        try:
+            started = self._clock.monotonic()
+            method = "renegotiate" if channel == "asr" else "whep_resubscribe"
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(max(1, cfg.max_media_recoveries)),
+                wait=wait_none(),
+                retry=retry_if_exception(
+                    lambda e: isinstance(e, AvatarError) and e.code not in _MEDIA_FINAL
+                ),
+                sleep=self._clock.sleep,
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        started = self._clock.monotonic()
+                        self._emit(
+                            "media_recovering",
+                            {
+                                "channel": channel,
+                                "method": method,
+                                "attempt": attempt.retry_state.attempt_number,
+                                "reason": reason,
+                            },
+                        )
+                        recover = lanes.recover_asr if channel == "asr" else lanes.recover_stv
+                        method = await recover(link.emit, cfg.media_recovery_timeout)
+            except AvatarError as error:
+                await self._media_failed(channel, error)
+                return
+        finally:
+            if self._media_tasks.get(channel) is asyncio.current_task():
+                del self._media_tasks[channel]
+        duration = self._clock.monotonic() - started
+        if not self._machine.is_in("recovering_media") or lanes is not link.lanes:
+            return  # the socket tier or a cold rebuild took over meanwhile
+        if not self._media_tasks:
+            self._machine.fire("media_recovered")
+        self._record("media", duration)
+        self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
+
+    async def _media_failed(self, channel: str, error: AvatarError) -> None:
+        if not self._machine.is_in("recovering_media"):
+            return  # the socket dropped meanwhile: its tier decides, media is re-checked after
+        for other, task in list(self._media_tasks.items()):
+            if other != channel:
+                task.cancel()
+        self._note(error)
+        self._machine.fire("session_lost")
+        await self.recover_cold(f"media recovery failed ({error.code})")
+
+    # -- socket liveness --------------------------------------------------------------------
+    async def socket_watchdog(self) -> None:
+        """Probe a quiet control socket: a silently dead one (no close, no ping answer) is
+        found in ``socket_probe_interval + socket_probe_timeout`` instead of Engine.IO's
+        ping timeout (up to 45 s), then dropped, which hands it to the socket tier."""
+        cfg = self._config
+        clock = self._clock
+        step = min(0.5, cfg.socket_probe_interval / 4)
+        jumps = ClockJumpDetector()
+        while not self._machine.terminal:
+            await clock.sleep(step)
+            away = jumps.check(clock.wall(), clock.monotonic())
+            if away is not None:
+                # The host slept (the wall clock moved, the monotonic one did not): every
+                # connection may be dead without anyone having said so. Probe now.
+                log.info("host resumed after ~%.1fs asleep; probing the connection", away)
+                self.notify_network_change()
+            link = self._slot.current
+            if link is None or not link.connected:
+                continue
+            if not self._machine.is_in("connected", "paused", "recovering_media"):
+                continue
+            if clock.monotonic() - link.channel.last_activity < cfg.socket_probe_interval:
+                continue
+            if not await link.probe(cfg.socket_probe_timeout) and link is self._slot.current:
+                log.info("control socket unresponsive; treating it as dropped")
+                self._stats["dead_socket_detections"] = (
+                    self._stats.get("dead_socket_detections", 0) + 1
+                )
+                await link.channel.drop("ping timeout")
+
+    def notify_network_change(self) -> None:
+        """The host's network changed: probe the control socket at once."""
+        if self._machine.terminal:
+            return
+        link = self._slot.current
+        if link is not None:
+            link.channel.last_activity = 0.0  # the next watchdog tick probes at once
+        self._emit("network_changed", {})
+
+    async def quality_loop(self, interval: float) -> None:
         """Opt-in ``connection_quality`` events from both peers' ``getStats()``."""
         marks: dict[str, tuple[object, ByteMark]] = {}
         while True:
-            await asyncio.sleep(interval)
-            lanes = self._lanes
+            await self._clock.sleep(interval)
+            link = self._slot.current
+            lanes = link.lanes if link is not None else None
             if lanes is None or not self._machine.is_in("connected"):
                 continue
-            for channel, link in (("asr", lanes.asr), ("stv", lanes.stv)):
-                if link is None or link.pc.connectionState != "connected":
+            for channel, peer in (("asr", lanes.asr), ("stv", lanes.stv)):
+                if peer is None or peer.pc.connectionState != "connected":
                     continue
-                try:
-                    report = await link.pc.getStats()
-                except Exception:
+                report = None
+                with best_effort(f"{channel} getStats", log):
+                    report = await peer.pc.getStats()
+                if report is None:
                     continue
                 previous = marks.get(channel)
-                mark = previous[1] if previous is not None and previous[0] is link else None
-                data, new_mark = summarize(channel, report.values(), mark, time.monotonic())
-                marks[channel] = (link, new_mark)
+                mark = previous[1] if previous is not None and previous[0] is peer else None
+                data, new_mark = summarize(channel, report.values(), mark, self._clock.monotonic())
+                marks[channel] = (peer, new_mark)
                 self._emit("connection_quality", data)

@@ -6,4 +6,6 @@ from __future__ import annotations
 import os
 import tempfile
 
+# Strict state machine: firing an undeclared transition raises instead of logging (a bug).
+os.environ.setdefault("AVATAR_SDK_STRICT_MACHINE", "1")
 os.environ.setdefault("AVATAR_SDK_LEASE_DIR", tempfile.mkdtemp(prefix="avatar-sdk-test-leases-"))

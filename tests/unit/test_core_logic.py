@@ -14,6 +14,7 @@ from avatar_sdk.events import EventBus
 from avatar_sdk.machine import (
     STEP_TIMEOUTS,
     ClockJumpDetector,
+    InvalidTransition,
     SessionMachine,
     capacity_delay,
     decide_connect_failure,
@@ -37,29 +38,77 @@ def test_every_contract_state_is_in_the_diagram() -> None:
         assert state in text, state
 
 
-async def test_machine_refuses_undeclared_transitions_and_terminal_states_stay() -> None:
+def test_machine_refuses_undeclared_transitions_and_terminal_states_stay() -> None:
     changes: list[tuple[str, str, str]] = []
-    m = SessionMachine(lambda *c: changes.append(c))
-    assert not await m.fire("approved")  # not from idle
+    m = SessionMachine(lambda *c: changes.append(c), strict=True)
+    assert not m.try_fire("approved")  # not from idle
+    with pytest.raises(InvalidTransition, match="'approved' is not declared from idle"):
+        m.fire("approved")
     assert m.state == "idle"
     for trigger in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):
-        assert await m.fire(trigger)
+        m.fire(trigger)
     assert m.state == "connecting_approving"
-    assert await m.fire("fail")
+    m.fire("fail")
     assert m.state == "failed" and m.terminal
     for trigger in ("start", "end", "fail", "recovered", "retry"):
-        assert not await m.fire(trigger)
+        assert not m.try_fire(trigger)
     assert changes[0] == ("connecting_socket", "idle", "start")
 
 
-async def test_any_connecting_substate_can_fail_or_queue() -> None:
+def test_a_lenient_machine_logs_an_undeclared_transition_and_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    m = SessionMachine(strict=False)
+    with caplog.at_level(logging.ERROR, logger="avatar_sdk.machine"):
+        m.fire("recovered")
+    assert m.state == "idle"
+    assert "not declared" in caplog.text
+
+
+def _connected(**data: bool) -> SessionMachine:
+    m = SessionMachine(strict=True)
+    for trigger in ("start", "socket_open", "joined", "stv_ready", "agent_shown"):
+        m.fire(trigger)
+    m.fire("media_skipped")
+    m.fire("approved")
+    m.set(**data)
+    return m
+
+
+def test_a_paused_session_returns_to_paused_after_either_recovery_tier() -> None:
+    m = _connected()
+    m.fire("pause")
+    assert m.data.user_paused
+    m.fire("transport_lost")
+    m.fire("recovered")
+    assert m.state == "paused"
+    m.fire("transport_lost")
+    m.fire("recovery_failed")
+    m.fire("cold_reconnected")
+    assert m.state == "paused"
+    m.fire("resume")
+    assert m.state == "connected" and not m.data.user_paused
+    m.fire("transport_lost")
+    m.fire("recovered")
+    assert m.state == "connected"
+
+
+def test_machine_data_is_only_known_fields() -> None:
+    m = _connected()
+    m.set(backing_off=True, reason="x")
+    assert m.data.backing_off and m.data.reason == "x"
+    with pytest.raises(AttributeError):
+        m.set(not_a_field=True)
+
+
+def test_any_connecting_substate_can_fail_or_queue() -> None:
     for steps in (0, 2, 5):
         m = SessionMachine()
-        await m.fire("start")
+        m.fire("start")
         for trigger in ("socket_open", "joined", "stv_ready", "agent_shown", "media_skipped")[
             :steps
         ]:
-            await m.fire(trigger)
+            m.fire(trigger)
         assert m.can("fail") and m.can("capacity_unavailable")
 
 

@@ -1,0 +1,101 @@
+"""The turn ledger: user turns the server has not yet shown it received.
+
+A turn written into a socket that is silently dead leaves the client without error: the
+bytes sit in a kernel buffer that nobody reads. Socket.IO's connection-state recovery
+replays the server's missed *outbound* events, never the client's, so after any recovery
+the SDK itself must know which turns may be lost. This ledger keeps every sent turn until
+the server shows evidence of receipt:
+
+* an inbound event whose speechId was minted for it (trigger ``transcript``, payload the
+  turn's text, PROTOCOL.md §3.7);
+* ``agentTurnToTalk`` (the server handed a user turn to the brain): it confirms every
+  turn sent before it;
+* an answered socket probe sent after the turn (one ordered websocket: a server that
+  answered a later message read the earlier one).
+
+After a recovery, an unconfirmed turn with no evidence within ``turn_confirm_timeout`` is
+resent exactly once; a confirmed turn is never resent. Pure: no I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .wire import SpeechId
+
+#: Turns remembered at most; the oldest unconfirmed one is forgotten first.
+MAX_TRACKED_TURNS = 64
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+@dataclass(slots=True)
+class Turn:
+    """One user turn as sent."""
+
+    seq: int
+    text: str
+    resent: bool = False
+    confirmed: bool = False
+
+
+@dataclass(slots=True)
+class TurnLedger:
+    """Sent user turns until the server confirms them (see the module docstring)."""
+
+    limit: int = MAX_TRACKED_TURNS
+    _turns: list[Turn] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def sent(self, text: str, *, resent: bool = False) -> Turn:
+        """Record a turn that was just written to the socket."""
+        turn = Turn(next(self._seq), text, resent=resent)
+        self._turns.append(turn)
+        if len(self._turns) > self.limit:
+            del self._turns[: len(self._turns) - self.limit]
+        return turn
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest turn sent (0 before any)."""
+        return self._turns[-1].seq if self._turns else 0
+
+    def unconfirmed(self) -> list[Turn]:
+        return [t for t in self._turns if not t.confirmed]
+
+    def observe_speech_id(self, raw: str | None) -> bool:
+        """A server event carried ``raw`` as its speechId; True if it confirmed a turn."""
+        if not raw:
+            return False
+        parsed = SpeechId.parse(raw)
+        if parsed is None or parsed.trigger != "transcript" or not parsed.payload:
+            return False
+        said = _normalize(parsed.payload)
+        for turn in self._turns:
+            if not turn.confirmed and _normalize(turn.text).startswith(said):
+                self.confirm_through(turn.seq)
+                return True
+        return False
+
+    def confirm_through(self, seq: int) -> None:
+        """Every turn up to ``seq`` reached the server (an ordered channel answered later)."""
+        for turn in self._turns:
+            if turn.seq <= seq:
+                turn.confirmed = True
+        self._turns = [t for t in self._turns if not t.confirmed]
+
+    def confirm_all(self) -> None:
+        self.confirm_through(self.last_seq)
+
+    def take_resends(self, through: int) -> list[Turn]:
+        """Unconfirmed turns up to ``through`` that may be resent (once each); they leave
+        the ledger, and their resend is recorded as a new turn by the caller."""
+        due = [t for t in self._turns if t.seq <= through and not t.confirmed and not t.resent]
+        self._turns = [t for t in self._turns if t not in due]
+        return due
+
+    def clear(self) -> None:
+        self._turns.clear()
