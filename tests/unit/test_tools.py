@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from avatar_sdk import AvatarError, ErrorCode, SessionConfig
+from avatar_sdk import AvatarError, ChatSession, ErrorCode, SessionConfig
 from avatar_sdk.guards import ConversationGuards
 from avatar_sdk.wire import AgentRawText, AgentStartSpeech, parse_delta
 
@@ -163,3 +163,13 @@ def test_a_ref_under_a_nested_id_is_checked_when_used() -> None:
     assert errors_of(schema, {}) == []  # no "a": nothing to resolve
     (error,) = errors_of(schema, {"a": 1})
     assert error.startswith("$: schema $ref") and "b.json" in error
+
+
+async def test_chat_session_registration_checks_the_schema_too() -> None:
+    chat = ChatSession("https://genie.example.com", "djJ8MTIzNDU2fGFiY2RlZmdoaWprbG1ub3A")
+    try:
+        with pytest.raises(AvatarError) as info:
+            chat.on_tool_call("navigate_to_slide", lambda a, c: None, {"type": "integr"})
+        assert info.value.code is ErrorCode.INVALID_ARGUMENT and "$.type" in str(info.value)
+    finally:
+        await chat.close()
