@@ -10,6 +10,17 @@ the caller's ``timeout`` (or cancellation) instead.
 NDJSON lines: each line is one JSON object, either the brain delta itself (what the genie
 sends and the staging server emits) or an envelope ``{"delta": "<json string>", "speechId"?}``
 as the socket's ``agent_raw_text`` carries it. ``data:`` framing (SSE) is tolerated.
+
+Line framing is :class:`LineSplitter` over aiohttp's ``iter_any()`` chunks, hand-written on
+purpose: aiohttp's own line reader (``StreamReader.readline``/``readuntil``) cannot keep its
+behaviour. Without a per-call bound (aiohttp before 2026 has none; we support ``>=3.9``) it
+fails every line over the read buffer's high-water mark (128 KiB by default, far below
+:data:`MAX_LINE_BYTES`), ending the turn. With one (``max_size``/``max_line_length``) it
+raises ``LineTooLong`` having consumed an unreported part of the line, sometimes its newline
+too, so reading cannot resume exactly at the next line: the following good line is lost, or
+the long line's tail comes back as a line of its own (and a tail that happens to be JSON
+becomes a segment). The splitter drops an over-long line whole while holding at most
+``MAX_LINE_BYTES``, counts it (one ``protocol_error`` per turn) and resumes after its newline.
 """
 
 from __future__ import annotations
@@ -346,9 +357,10 @@ class ChatSession(EventSource):
         self, name: str, handler: ToolHandler, schema: Mapping[str, Any] | None = None
     ) -> Callable[[], None]:
         """Run ``handler(args, call)`` (sync or async) for each call of the client-side tool
-        ``name``; with a ``schema`` (JSON Schema subset), invalid arguments emit
-        ``tool_call_invalid`` instead. A non-None return value is reported as
-        ``tool_call_result``; a raising handler as ``tool_call_result`` with ``ok: False``.
+        ``name``; with a ``schema`` (JSON Schema, checked here: an invalid one raises
+        ``invalid_argument``), invalid arguments emit ``tool_call_invalid`` instead. A
+        non-None return value is reported as ``tool_call_result``; a raising handler as
+        ``tool_call_result`` with ``ok: False``.
         Calls are de-duplicated per turn (each ``send`` is a new turn). Returns unregister."""
         return self._guards.on_tool_call(name, handler, schema)
 

@@ -1,11 +1,35 @@
-"""Session configuration. Every duration is in seconds (float)."""
+"""Session configuration. Every duration is in seconds (float).
+
+Both classes check every field when built (``with_()`` and ``dataclasses.replace`` included)
+and refuse a bad value with ``AvatarError(INVALID_ARGUMENT)`` naming the field, so a typo
+fails at construction instead of deep inside a reconnect.
+"""
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Final, Literal
+
+from .errors import AvatarError, ErrorCode
+from .wire.errors import preview
+
+
+def _is_seconds(value: object) -> bool:
+    """A finite number >= 0 (bool excluded; an int is finite however large)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value >= 0 and (isinstance(value, int) or math.isfinite(value))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
+    return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{owner}.{name} {rule} (got {preview(value)})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,8 +37,14 @@ class RetryPolicy:
     """Backoff for the cold-reconnect tier.
 
     The first retry is immediate (``initial``), later ones wait ``base * 2**(n-1)`` capped at
-    ``cap``, with full jitter so a fleet of clients does not reconnect in lockstep after a
-    server restart.
+    ``cap``, with full jitter (``jitter="none"``: the cap itself) so a fleet of clients does
+    not reconnect in lockstep after a server restart. ``max_attempts`` (>= 1) is the streak
+    budget: consecutive failed attempts before the session gives up.
+
+    ``reset_after_success``: a connected period of at least ``stable_after`` seconds
+    (default 10) resets the cold tier's streak budget, so a session that recovered and then
+    stayed up meets its next outage with all ``max_attempts``; a connection that drops again
+    sooner keeps counting against the same streak (a flapping server cannot retry forever).
     """
 
     max_attempts: int = 6
@@ -23,17 +53,21 @@ class RetryPolicy:
     cap: float = 30.0
     jitter: Literal["full", "none"] = "full"
     reset_after_success: bool = True
-    #: Seconds connected after a cold reconnect before the tier's streak budget resets
-    #: (with ``reset_after_success``); shorter stays count as one streak of failures.
     stable_after: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
+        if not (_is_count(self.max_attempts) and self.max_attempts >= 1):
+            raise _invalid("RetryPolicy", "max_attempts", "must be an int >= 1", self.max_attempts)
         for name in ("initial", "base", "cap", "stable_after"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0")
+            if not _is_seconds(value):
+                raise _invalid("RetryPolicy", name, "must be a finite number >= 0", value)
+        if self.jitter not in ("full", "none"):
+            raise _invalid("RetryPolicy", "jitter", "must be 'full' or 'none'", self.jitter)
+        if not isinstance(self.reset_after_success, bool):
+            raise _invalid(
+                "RetryPolicy", "reset_after_success", "must be a bool", self.reset_after_success
+            )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
@@ -58,7 +92,6 @@ class SessionConfig:
     reconnect_window: float = 22.0
     max_reconnect_attempts: int = 5
     ice_stuck_timeout: float = 10.0
-    ice_zero_candidates_floor: float = 3.0
     media_stall_timeout: float = 2.0
     socket_probe_interval: float = 5.0
     #: How long a probe (a ``checkAvailability`` round trip) may take before the socket
@@ -102,17 +135,11 @@ class SessionConfig:
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            # Annotations are strings here (postponed evaluation); every one is in the table.
+            check, rule = _FIELD_RULES[str(f.type)]
             value = getattr(self, f.name)
-            if isinstance(value, bool) or value is None or isinstance(value, RetryPolicy):
-                continue
-            if isinstance(value, tuple):
-                if not all(
-                    isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in value
-                ):
-                    raise ValueError(f"SessionConfig.{f.name} must hold finite numbers >= 0")
-                continue
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"SessionConfig.{f.name} must be a finite number >= 0")
+            if not check(value):
+                raise _invalid("SessionConfig", f.name, rule, value)
 
     @property
     def effective_hard_tool_spiral_limit(self) -> int:
@@ -124,3 +151,17 @@ class SessionConfig:
     def with_(self, **changes: object) -> SessionConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+#: How a SessionConfig field of each annotated type is checked, and the rule it states.
+_FIELD_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
+    "float": (_is_seconds, "must be a finite number >= 0"),
+    "int": (_is_count, "must be an int >= 0"),
+    "int | None": (lambda v: v is None or _is_count(v), "must be an int >= 0 or None"),
+    "bool": (lambda v: isinstance(v, bool), "must be a bool"),
+    "RetryPolicy": (lambda v: isinstance(v, RetryPolicy), "must be a RetryPolicy"),
+    "tuple[float, ...]": (
+        lambda v: isinstance(v, tuple) and all(_is_seconds(x) for x in v),
+        "must be a tuple of finite numbers >= 0",
+    ),
+}

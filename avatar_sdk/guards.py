@@ -20,7 +20,7 @@ from typing import Any, Final
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .recovery import PendingResponse, SpiralBreaker, StallWatchdog
-from .tools import PendingAcks, ToolTracker, validate
+from .tools import ArgsSchema, PendingAcks, ToolTracker
 from .transport.genie import GenieClient
 from .wire import (
     AgentEndTurn,
@@ -82,7 +82,7 @@ class ConversationGuards:
         self.tracker = ToolTracker()
         self.acks = PendingAcks()
         self.last_turn_text: str | None = None
-        self._handlers: dict[str, list[tuple[ToolHandler, Mapping[str, Any] | None]]] = {}
+        self._handlers: dict[str, list[tuple[ToolHandler, ArgsSchema | None]]] = {}
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -201,12 +201,15 @@ class ConversationGuards:
     def on_tool_call(
         self, name: str, handler: ToolHandler, schema: Mapping[str, Any] | None = None
     ) -> Callable[[], None]:
-        """Run ``handler(args, call)`` for each call of tool ``name``; returns unregister."""
+        """Run ``handler(args, call)`` for each call of tool ``name``; returns unregister.
+
+        ``schema`` is checked and compiled here, once: an invalid one raises
+        ``AvatarError(INVALID_ARGUMENT)`` now rather than failing every call later."""
         if not isinstance(name, str) or not name:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "tool name must be a non-empty string")
         if not callable(handler):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "handler must be callable")
-        entry = (handler, schema)
+        entry = (handler, None if schema is None else ArgsSchema(name, schema))
         self._handlers.setdefault(name, []).append(entry)
 
         def unregister() -> None:
@@ -222,7 +225,7 @@ class ConversationGuards:
         entries = self._handlers.get(call.name, [])
         for _, schema in entries:
             if schema is not None:
-                errors = validate(dict(call.args), schema)
+                errors = schema.errors(dict(call.args))
                 if errors:
                     self._emit("tool_call_invalid", {"call": payload, "errors": errors})
                     return

@@ -30,6 +30,7 @@ from aiortc.contrib.media import MediaRecorder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.frame import Frame
 
+from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from .devices import describe
 
@@ -299,7 +300,7 @@ class Recorder:
                     recorder.addTrack(track)
         except Exception as exc:
             if recorder is not None:
-                with contextlib.suppress(Exception):
+                with best_effort("closing a half-built MediaRecorder", log):
                     await recorder.stop()  # closes the container
             self._state = "failed"
             raise AvatarError(

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import fractions
 import importlib
+import logging
 import math
 import os
 import time
@@ -32,6 +33,7 @@ import av.error
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from .devices import classify_device_error, describe, device_error
 
@@ -46,6 +48,8 @@ __all__ = [
     "ToneSource",
     "file_source",
 ]
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE: Final = 48_000
 FRAME_SAMPLES: Final = 960
@@ -391,7 +395,7 @@ class MicrophoneSource(MediaStreamTrack):
             stream.start()
         except Exception as exc:
             if stream is not None:
-                with contextlib.suppress(Exception):
+                with best_effort("closing an input stream that failed to start", log):
                     stream.close(ignore_errors=True)
             raise self._fail(self._map(exc, opening=True)) from exc
         self._stream = stream
@@ -465,7 +469,7 @@ class MicrophoneSource(MediaStreamTrack):
         self._stopping = True
         stream, self._stream = self._stream, None
         if stream is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("closing the input stream", log):
                 stream.close(ignore_errors=True)
         self._blocks.clear()
         super().stop()

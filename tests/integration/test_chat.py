@@ -416,6 +416,51 @@ async def test_envelopes_keepalives_and_bad_lines(make_chat: ChatFactory) -> Non
     assert names.index("brain_stalled") < names.index("response_settled")
 
 
+async def test_lines_split_across_writes_and_an_overlong_line_dropped_whole(
+    make_chat: ChatFactory,
+) -> None:
+    """Framing over real chunks: a line cut mid-JSON joins up, an over-long line whose tail
+    is valid JSON is dropped whole (its tail never becomes a segment), the last line needs
+    no newline, and the drop is reported once as ``protocol_error``."""
+    pieces = [
+        b'{"type":"text","con',
+        b'tent":"Hello"}\n{"type":"te',
+        *[b" " * (MAX_LINE_BYTES // 4)] * 5,  # padding past the limit, over several writes
+        b'{"type":"text","content":" TAIL"}\n',
+        b'{"type":"text","content":" wor',
+        b'ld"}',
+    ]
+
+    async def converse(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0.01)  # let each write go out on its own
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/genie/assistant/converse", converse)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        chat = make_chat(genie_url=f"http://127.0.0.1:{port}/genie")
+        errors = record(chat, "protocol_error")
+        reply = await chat.send("hi")
+        await chat.close()
+    finally:
+        await runner.cleanup()
+    assert reply.text == "Hello world"
+    assert [s.content for s in reply.segments] == ["Hello", " world"]
+    assert [e.data for e in errors] == [
+        {"event": "converse", "detail": f"1 line(s) over {MAX_LINE_BYTES} bytes"}
+    ]
+
+
 async def test_respond_to_tool_unknown_call(make_chat: ChatFactory) -> None:
     chat = make_chat()
     assert await chat.respond_to_tool("call-1", {"ok": True}) == {

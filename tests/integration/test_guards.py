@@ -209,4 +209,4 @@ async def test_tool_dispatch_validation_results_and_fused_calls(
     }
     assert results[0]["value"] == {"opened": "10-K"}
     assert invalid and invalid[0]["call"]["name"] == "navigate_to_slide"
-    assert "expected integer" in invalid[0]["errors"][0]
+    assert invalid[0]["errors"] == ["$.slide: 'three' is not of type 'integer'"]

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fractions
 import itertools
+import logging
 import math
 import sys
 import threading
@@ -189,6 +190,33 @@ async def test_recorder_refuses_an_unwritable_path(tmp_path: Path) -> None:
         await recorder.stop()
     finally:
         silence.stop()
+
+
+async def test_recorder_setup_failure_logs_a_failing_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The setup error is raised; the cleanup's own failure is logged, not lost or raised."""
+
+    class BrokenRecorder:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def addTrack(self, track: MediaStreamTrack) -> None:
+            raise ValueError("no such codec")
+
+        async def stop(self) -> None:
+            raise OSError("container already gone")
+
+    caplog.set_level(logging.DEBUG, logger="avatar_sdk")
+    monkeypatch.setattr("avatar_sdk.media.sinks.MediaRecorder", BrokenRecorder)
+    silence = SilenceSource()
+    try:
+        recorder = record_avatar(silence, None, tmp_path / "out.wav")
+        with pytest.raises(AvatarError, match="no such codec"):
+            await recorder.start()
+    finally:
+        silence.stop()
+    assert any("OSError: container already gone" in r.getMessage() for r in caplog.records)
 
 
 # --------------------------------------------------------------------------- local sources
@@ -411,6 +439,7 @@ class FakeStream:
     start_error: BaseException | None = None
     blocks: int | None = None  # deliver this many blocks, then go quiet (None: forever)
     then_finish = False  # after ``blocks``, report the stream finished (device lost)
+    close_error: BaseException | None = None  # close() raises this after releasing
 
     def __init__(self, **kwargs: Any) -> None:
         error = type(self).open_error
@@ -446,6 +475,8 @@ class FakeStream:
         self._quit.set()
         if self._thread is not None:
             self._thread.join()
+        if type(self).close_error is not None:
+            raise type(self).close_error
 
 
 @pytest.fixture
@@ -519,6 +550,24 @@ async def test_microphone_start_failure_closes_the_stream(
         await mic.recv()
     (stream,) = fake_sounddevice.instances
     assert stream.closed
+
+
+async def test_microphone_close_failures_are_logged_not_raised(
+    fake_sounddevice: type[FakeStream], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing PortAudio may fail; teardown goes on and the failure is in the log."""
+    caplog.set_level(logging.DEBUG, logger="avatar_sdk")
+    fake_sounddevice.close_error = FakePortAudioError("Error closing stream")
+    mic = MicrophoneSource()
+    await read(mic, 2)
+    mic.stop()  # must not raise
+    assert mic.readyState == "ended" and fake_sounddevice.instances[0].closed
+    fake_sounddevice.start_error = FakePortAudioError("Error starting stream: Device unavailable")
+    with pytest.raises(DeviceBusyError):  # the start failure, not the close failure
+        await MicrophoneSource().recv()
+    swallowed = [r.getMessage() for r in caplog.records if "best effort" in r.getMessage()]
+    assert len(swallowed) == 2
+    assert all("PortAudioError: Error closing stream" in m for m in swallowed)
 
 
 async def test_microphone_stall_is_a_busy_device(fake_sounddevice: type[FakeStream]) -> None:

@@ -46,6 +46,15 @@ def test_overlong_lines_are_dropped_not_buffered() -> None:
     assert splitter.flush() is None and splitter.dropped == 3
 
 
+def test_an_overlong_line_is_dropped_whole_even_when_its_tail_is_json() -> None:
+    """The case aiohttp's bounded readline gets wrong: its tail must not become a line."""
+    splitter = LineSplitter(max_line=8)
+    assert splitter.feed(b"        ") == []  # exactly the limit: still a candidate line
+    assert splitter.feed(b'  {"type":"tool"}\n{"a":1}\n') == [b'{"a":1}']
+    assert splitter.dropped == 1
+    assert splitter.feed(b"12345678\n") == [b"12345678"]  # max_line bytes: kept
+
+
 # -- parse_converse_line --------------------------------------------------------------------------
 def test_a_bare_delta_line_is_a_segment() -> None:
     line = json.dumps(

@@ -148,9 +148,9 @@ def test_retry_policy_first_retry_immediate_then_capped_full_jitter() -> None:
     delays = [policy.delay(n, rng) for n in range(2, 40)]
     assert all(0.0 <= d <= 1.0 for d in delays)
     assert RetryPolicy(jitter="none", base=0.25, cap=1.0).delay(3) == 0.5
-    with pytest.raises(ValueError):
+    with pytest.raises(AvatarError, match=r"RetryPolicy\.max_attempts "):
         RetryPolicy(max_attempts=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(AvatarError, match=r"SessionConfig\.agent_timeout "):
         SessionConfig(agent_timeout=-1)
     assert SessionConfig().effective_hard_tool_spiral_limit == 30
 
