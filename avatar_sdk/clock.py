@@ -59,6 +59,9 @@ class FakeClock:
         self._wall_offset += seconds
 
     async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)  # a zero wait yields, like asyncio.sleep(0)
+            return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._now + max(0.0, seconds), next(self._order), fut))
         await fut

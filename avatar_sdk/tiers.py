@@ -229,7 +229,7 @@ class RecoveryController:
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(1, budget)),
-            wait=lambda state: policy.delay(state.attempt_number + 1),
+            wait=lambda state: policy.delay(state.attempt_number),  # the first retry: initial
             retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
             sleep=self._backoff,
             reraise=True,
@@ -240,17 +240,20 @@ class RecoveryController:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    self._cold_spent += 1
                     self._emit(
                         "reconnecting",
                         {
                             "tier": "cold",
-                            "attempt": self._cold_spent,
+                            "attempt": self._cold_spent + 1,
                             "max_attempts": policy.max_attempts,
                             "reason": reason,
                         },
                     )
-                    await self._cold_attempt()
+                    try:
+                        await self._cold_attempt()
+                    except AvatarError:
+                        self._cold_spent += 1  # the streak counts failed attempts only
+                        raise
         except AvatarError as error:
             self._emit("gave_up", {"tier": "cold", "attempts": attempts, "code": str(error.code)})
             outcome = Outcome("cold", False, error=error, end_reason="gave_up")

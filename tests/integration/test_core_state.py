@@ -1,0 +1,162 @@
+"""The session core over real sockets: state across recoveries and turn confirmation.
+
+Issue 8, defects 1 and 2: a pause survives both recovery tiers; a user turn the server
+never saw is resent exactly once after a recovery, and a turn it did see never is.
+"""
+
+from __future__ import annotations
+
+from avatar_sdk import AvatarError, ErrorCode
+from avatar_sdk.testing import StagingServer
+
+from .conftest import FAST, SessionFactory
+
+#: Resend at once after a recovery when nothing confirms a turn: a resend that should
+#: not happen shows up before anything else the test waits for.
+EAGER = FAST.with_(turn_confirm_timeout=0.0)
+
+
+def _texts(staging: StagingServer) -> list[str]:
+    return [
+        e.data["text"]
+        for e in staging.received_events("onTextEntered")
+        if isinstance(e.data, dict) and e.data.get("isFinal") is True
+    ]
+
+
+async def test_a_paused_session_is_paused_again_after_socket_recovery(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    await session.pause()
+    sid = staging.live_sids[0]
+    assert staging.conversations[sid].paused
+    reconnected = session.expect("reconnected", timeout=3)
+    await staging.faults.drop_socket(recovery=True)
+    event = await reconnected
+    assert event.data["recovered"] is True
+    assert session.state == "paused"
+    assert staging.conversations[sid].paused  # the server still holds the pause
+    assert session.health().upstream == "live"
+    resumed = session.expect("state_changed", lambda e: e.data["state"] == "connected", 2)
+    await session.resume()
+    await resumed
+    assert not staging.conversations[sid].paused
+
+
+async def test_a_cold_reconnect_pauses_the_new_server_session_again(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    await session.pause()
+    old_sid = staging.live_sids[0]
+    reconnected = session.expect("reconnected", timeout=5)
+    await staging.faults.drop_socket(recovery=False)
+    event = await reconnected
+    assert event.data["tier"] == "cold"
+    assert session.state == "paused"
+    [new_sid] = staging.live_sids
+    assert new_sid != old_sid
+    assert staging.conversations[new_sid].paused
+    await session.resume()
+    assert session.state == "connected"
+    assert not staging.conversations[new_sid].paused
+
+
+async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(config=FAST.with_(turn_confirm_timeout=0.3))
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    sid = staging.live_sids[0]
+    conv = staging.conversations[sid]
+    conv.agent_down = True  # the server takes the turn in and nothing answers it
+    await session.speak("are you there?")
+    assert conv.dropped_turns == ["are you there?"]
+    conv.agent_down = False
+    resent = session.expect("turn_resent", timeout=5)
+    await staging.faults.drop_socket(recovery=True)
+    event = await resent
+    assert event.data == {"text": "are you there?", "tier": "socket"}
+    answered = await session.wait_for(
+        "agent_speech_started", 3, lambda e: "are you there?" in (e.data["speech_id"] or "")
+    )
+    assert answered.data["speech_id"]
+    assert conv.user_turns == ["are you there?"]  # once more, exactly once
+    assert session.stats()["turns_resent"] == 1
+
+
+async def test_a_confirmed_turn_is_never_resent(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(config=EAGER)
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    await session.speak("first")
+    await session.wait_for("agent_turn_ended", 2)
+    reconnected = session.expect("reconnected", timeout=3)
+    await staging.faults.drop_socket(recovery=True)
+    await reconnected
+    await session.speak("second")
+    await session.wait_for("agent_turn_ended", 2)
+    assert _texts(staging) == ["first", "second"]
+    assert session.stats()["turns_resent"] == 0
+
+
+async def test_evidence_replayed_by_the_recovery_confirms_the_turn(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    """The server answered while the transport was down: the replay is the evidence."""
+    session = make_session(config=EAGER)
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    sid = staging.live_sids[0]
+    started = staging.conversations[sid]
+    heard = session.expect("agent_speech_started", lambda e: "mid-drop" in str(e.data), 3)
+    reconnected = session.expect("reconnected", timeout=3)
+    await session.speak("mid-drop")
+    await staging.faults.drop_socket(recovery=True)
+    await heard
+    await reconnected
+    await session.speak("after")
+    await session.wait_for(
+        "agent_speech_started", 3, lambda e: "after" in (e.data["speech_id"] or "")
+    )
+    assert started.user_turns.count("mid-drop") == 1
+    assert session.stats()["turns_resent"] == 0
+
+
+async def test_a_turn_held_in_a_dead_socket_moment_is_delivered(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    """speak() while the socket is down but before its recovery started: held, not lost."""
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    reconnected = session.expect("reconnected", timeout=3)
+    await staging.faults.drop_socket(recovery=True)
+    await session.speak("while down")  # held or sent: either way delivered exactly once
+    await reconnected
+    await session.wait_for(
+        "agent_speech_started", 3, lambda e: "while down" in (e.data["speech_id"] or "")
+    )
+    assert _texts(staging).count("while down") == 1
+
+
+async def test_wait_for_on_an_ended_session_fails_at_once(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session()
+    await session.connect()
+    await session.close()
+    try:
+        await session.wait_for("connected")
+    except AvatarError as error:
+        assert error.code is ErrorCode.CLOSED
+    else:  # pragma: no cover - the assertion below explains
+        raise AssertionError("wait_for on an ended session returned")
