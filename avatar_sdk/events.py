@@ -66,7 +66,7 @@ class _Subscriber:
         self.waiter: asyncio.Future[None] | None = None
 
     def push(self, event: Event) -> None:
-        if self.closed or (self.names is not None and event.name not in self.names):
+        if self.names is not None and event.name not in self.names:
             return
         if len(self.items) >= self.cap:
             self.items.popleft()
