@@ -4,6 +4,7 @@ from ._version import __version__
 from .chat import ChatReply, ChatSession, ConverseResult, converse_once
 from .config import RetryPolicy, SessionConfig
 from .errors import AvatarError, Category, ErrorCode, Severity
+from .event_types import EventName
 from .events import Event
 from .guards import SPIRAL_RECOVERY_PREFIX
 from .session import AvatarSession, Health
@@ -18,6 +19,7 @@ __all__ = [
     "ConverseResult",
     "ErrorCode",
     "Event",
+    "EventName",
     "Health",
     "RetryPolicy",
     "SessionConfig",

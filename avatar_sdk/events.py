@@ -3,21 +3,28 @@
 Callbacks may be sync or async. A callback that raises is isolated: the session goes on and
 a ``callback_error`` event is emitted (never recursively for a failing ``callback_error``
 handler). Async callbacks run as tasks owned by the bus and are cancelled on ``close()``.
+
+Every subscription starts when its method is called, never lazily at the first ``await`` or
+iteration: ``w = session.expect("reconnected")`` before a fault and ``await w`` after it
+cannot miss the event. Once the session ended the bus is closed, and waiting on it fails at
+once with ``AvatarError(CLOSED)`` instead of hanging. Event names and payload shapes:
+:mod:`avatar_sdk.event_types`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AvatarError, ErrorCode
+from .event_types import EventName
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,17 @@ class Event:
     name: str
     data: dict[str, Any] = field(default_factory=dict)
     at: float = field(default_factory=time.monotonic)
+
+
+def _key(name: str | EventName) -> str:
+    """The plain-string form of an event name (an ``EventName`` is one already)."""
+    if not isinstance(name, str):
+        raise TypeError(f"event names are strings, not {type(name).__name__}")
+    return str(name)
+
+
+def _closed_error(name: str) -> AvatarError:
+    return AvatarError(ErrorCode.CLOSED, f"the session ended: no {name!r} event will come")
 
 
 class _Subscriber:
@@ -65,81 +83,267 @@ class _Subscriber:
             self.waiter.set_result(None)
 
 
+def _unsubscribe(subscribers: list[_Subscriber], sub: _Subscriber) -> None:
+    if sub in subscribers:
+        subscribers.remove(sub)
+
+
+class EventStream:
+    """Async iterator of a bus's events, subscribed when created (not when first iterated),
+    so nothing emitted between ``events()`` and the first ``__anext__`` is missed.
+
+    It ends once the bus has closed and the buffer is drained. ``aclose()`` (or leaving
+    ``async with``) unsubscribes at once and drops what is buffered; a stream that is simply
+    dropped (``break`` out of ``async for``) is unsubscribed when it is garbage collected.
+    One consumer at a time: ``__anext__`` is not meant to be awaited by two tasks at once.
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "_sub")
+
+    def __init__(self, bus: EventBus, names: frozenset[str] | None, cap: int) -> None:
+        sub = _Subscriber(names, cap)
+        self._sub = sub
+        if bus.closed:
+            sub.close()
+        else:
+            bus._subscribers.append(sub)
+        # Holds the list and the subscriber, never the stream: a dropped stream is collected.
+        self._finalizer = weakref.finalize(self, _unsubscribe, bus._subscribers, sub)
+        self._finalizer.atexit = False
+
+    @property
+    def dropped(self) -> int:
+        """Events discarded because the buffer was full (the oldest go first)."""
+        return self._sub.dropped
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        sub = self._sub
+        while True:
+            if sub.items:
+                return sub.items.popleft()
+            if sub.closed:
+                self._finalizer()
+                raise StopAsyncIteration
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            sub.waiter = waiter
+            try:
+                await waiter
+            finally:
+                # A cancelled __anext__ (asyncio.wait_for) leaves the stream usable.
+                if sub.waiter is waiter:
+                    sub.waiter = None
+
+    async def aclose(self) -> None:
+        """Unsubscribe now; iteration ends and buffered events are dropped."""
+        self._finalizer()
+        self._sub.items.clear()
+        self._sub.close()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        names = "*" if self._sub.names is None else ",".join(sorted(self._sub.names))
+        state = "closed" if self._sub.closed else "open"
+        return f"<EventStream {names} {state} buffered={len(self._sub.items)}>"
+
+
+class Expectation:
+    """The next event ``name`` (for which ``predicate`` is true), registered when created:
+    create it before the action that triggers the event, await it after, and nothing is
+    missed in between.
+
+    Awaiting it returns the :class:`Event`; awaiting again returns the same event. The
+    ``timeout`` (seconds) counts from creation, not from the ``await``: on expiry it raises
+    ``TimeoutError`` naming the event. When the bus closes (the session ended) it raises
+    ``AvatarError(ErrorCode.CLOSED)``. Cancelling the awaiting task, or :meth:`cancel`,
+    unregisters it.
+    """
+
+    __slots__ = ("_bus", "_future", "_timer", "name", "predicate", "timeout")
+
+    def __init__(
+        self,
+        bus: EventBus,
+        name: str,
+        predicate: Callable[[Event], bool] | None,
+        timeout: float | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.name = name
+        self.predicate = predicate
+        self.timeout = timeout
+        self._future: asyncio.Future[Event] = loop.create_future()
+        self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
+        self._bus = bus
+        bus._waiters.append(self)
+        # Also covers a cancelled awaiting task, which cancels the future itself.
+        self._future.add_done_callback(lambda _: self._unregister())
+
+    def __await__(self) -> Generator[Any, None, Event]:
+        return self._future.__await__()
+
+    async def wait(self) -> Event:
+        """Await the event (a coroutine, for ``asyncio.create_task``)."""
+        return await self._future
+
+    def done(self) -> bool:
+        """True once the event arrived, the timeout passed, the bus closed, or cancelled."""
+        return self._future.done()
+
+    def cancel(self) -> bool:
+        """Stop waiting (unregisters); an ``await`` then raises ``CancelledError``."""
+        cancelled = self._future.cancel()
+        self._unregister()
+        return cancelled
+
+    def _offer(self, event: Event) -> None:
+        if not self._future.done():
+            self._future.set_result(event)
+        self._unregister()
+
+    def _fail(self, error: BaseException, *, quiet: bool = False) -> None:
+        if not self._future.done():
+            self._future.set_exception(error)
+            if quiet:
+                # Marked retrieved: a waiter nobody awaited before the session ended is not
+                # worth an "exception was never retrieved" log; an await still raises it.
+                self._future.exception()
+        self._unregister()
+
+    def _expire(self) -> None:
+        self._fail(TimeoutError(f"no {self.name!r} event within {self.timeout:g}s"))
+
+    def _unregister(self) -> None:
+        # Synchronous (not only the future's done callback, which runs a loop turn later):
+        # a satisfied waiter must not see, or count as waiting for, the next event.
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiters = self._bus._waiters
+        if self in waiters:
+            waiters.remove(self)
+
+    def __repr__(self) -> str:
+        fut = self._future
+        state = "pending" if not fut.done() else "cancelled" if fut.cancelled() else "done"
+        return f"<Expectation {self.name!r} {state}>"
+
+
 class EventBus:
-    """Fan-out of events to callbacks, async iterators and one-shot waiters."""
+    """Fan-out of events to callbacks, async iterators and one-shot waiters.
+
+    Every subscription (``on``, ``events``, ``expect``, ``wait_for``) is registered when the
+    method is called, never lazily on first await/iteration: an event emitted between the
+    call and the ``await`` is delivered, not lost.
+    """
 
     def __init__(self) -> None:
         self._callbacks: dict[str, list[Callback]] = {}
         self._subscribers: list[_Subscriber] = []
-        self._waiters: list[tuple[str, Callable[[Event], bool] | None, asyncio.Future[Event]]] = []
+        self._waiters: list[Expectation] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.emitted = 0
 
+    @property
+    def closed(self) -> bool:
+        """True once the bus closed (the session ended): no waiter can be satisfied any more."""
+        return self._closed
+
     # -- subscription -----------------------------------------------------------------------
-    def on(self, name: str, callback: Callback) -> Callable[[], None]:
+    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]:
         """Call ``callback(event)`` for every event named ``name`` (``"*"``: all events).
 
         Returns a function that unsubscribes.
         """
         if not callable(callback):
             raise TypeError("callback must be callable")
-        self._callbacks.setdefault(name, []).append(callback)
+        key = _key(name)
+        self._callbacks.setdefault(key, []).append(callback)
 
         def unsubscribe() -> None:
-            with contextlib.suppress(ValueError, KeyError):
-                self._callbacks[name].remove(callback)
+            callbacks = self._callbacks.get(key)
+            if callbacks is not None and callback in callbacks:
+                callbacks.remove(callback)
 
         return unsubscribe
 
-    async def events(self, *names: str, cap: int = DEFAULT_QUEUE_CAP) -> AsyncIterator[Event]:
-        """Iterate over events (optionally only those ``names``) until the bus closes."""
-        sub = _Subscriber(frozenset(names) if names else None, cap)
-        self._subscribers.append(sub)
-        try:
-            while True:
-                while sub.items:
-                    yield sub.items.popleft()
-                if sub.closed or self._closed:
-                    return
-                sub.waiter = asyncio.get_running_loop().create_future()
-                await sub.waiter
-                sub.waiter = None
-        finally:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(sub)
+    def events(self, *names: str | EventName, cap: int = DEFAULT_QUEUE_CAP) -> EventStream:
+        """Events (optionally only those ``names``) from now until the bus closes.
 
-    async def wait_for(
+        Subscribed at call time; buffers at most ``cap`` events (the oldest are dropped).
+        On a closed bus the stream is empty.
+        """
+        if cap < 1:
+            raise ValueError("cap must be at least 1")
+        return EventStream(self, frozenset(_key(n) for n in names) if names else None, cap)
+
+    def expect(
         self,
-        name: str,
+        name: str | EventName,
+        predicate: Callable[[Event], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Expectation:
+        """The next event ``name`` (matching ``predicate``), registered now, awaited later.
+
+        ``timeout`` (seconds) counts from this call. Raises ``AvatarError(CLOSED)`` at once
+        if the bus has closed. Must be called with an event loop running.
+        """
+        key = _key(name)
+        if self._closed:
+            raise _closed_error(key)
+        return Expectation(self, key, predicate, timeout)
+
+    def wait_for(
+        self,
+        name: str | EventName,
         timeout: float | None = None,
         predicate: Callable[[Event], bool] | None = None,
-    ) -> Event:
-        """The next event named ``name`` (matching ``predicate``), or ``TimeoutError``."""
-        fut: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        entry = (name, predicate, fut)
-        self._waiters.append(entry)
+    ) -> Coroutine[Any, Any, Event]:
+        """The next event ``name`` (matching ``predicate``), or ``TimeoutError`` after
+        ``timeout`` seconds; ``AvatarError(CLOSED)`` once the bus closes.
+
+        Registered when called, not when awaited (the returned coroutine only waits), so
+        ``w = bus.wait_for(...); trigger(); await w`` cannot miss the event.
+        """
         try:
-            return await asyncio.wait_for(fut, timeout)
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(entry)
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # Made before any loop runs (``asyncio.run(bus.wait_for(...))``): nothing can be
+            # emitted before it starts, so registering when it starts misses nothing.
+            return self._wait_later(name, timeout, predicate)
+        return self.expect(name, predicate, timeout).wait()
+
+    async def _wait_later(
+        self,
+        name: str | EventName,
+        timeout: float | None,
+        predicate: Callable[[Event], bool] | None,
+    ) -> Event:
+        return await self.expect(name, predicate, timeout)
 
     # -- emission ---------------------------------------------------------------------------
-    def emit(self, name: str, data: dict[str, Any] | None = None) -> Event:
+    def emit(self, name: str | EventName, data: dict[str, Any] | None = None) -> Event:
         """Deliver an event synchronously to callbacks, iterators and waiters."""
-        event = Event(name, data if data is not None else {})
+        key = _key(name)
+        event = Event(key, data if data is not None else {})
         self.emitted += 1
         for sub in list(self._subscribers):
             sub.push(event)
-        for entry in list(self._waiters):
-            wname, predicate, fut = entry
-            if wname != name or fut.done():
+        for waiter in list(self._waiters):
+            if waiter.name != key or waiter.done():
                 continue
-            if predicate is not None and not self._safe_predicate(predicate, event):
+            if waiter.predicate is not None and not self._safe_predicate(waiter.predicate, event):
                 continue
-            fut.set_result(event)
-        for callback in [*self._callbacks.get(name, ()), *self._callbacks.get("*", ())]:
+            waiter._offer(event)
+        for callback in [*self._callbacks.get(key, ()), *self._callbacks.get("*", ())]:
             self._run_callback(callback, event)
         return event
 
@@ -181,13 +385,18 @@ class EventBus:
 
     # -- lifecycle --------------------------------------------------------------------------
     def close_streams(self) -> None:
-        """End every ``events()`` iterator once it has drained (after a terminal state)."""
+        """Close the bus (after a terminal state): every ``events()`` stream ends once it has
+        drained, every pending waiter fails with ``AvatarError(CLOSED)``, and later
+        ``wait_for``/``expect`` calls fail at once instead of waiting for ever."""
         self._closed = True
         for sub in list(self._subscribers):
             sub.close()
+        for waiter in list(self._waiters):
+            waiter._fail(_closed_error(waiter.name), quiet=True)
 
     async def aclose(self, timeout: float = 0.5) -> None:
-        """Close iterators, give running async callbacks ``timeout`` seconds, then cancel."""
+        """Close the bus (see :meth:`close_streams`), give running async callbacks
+        ``timeout`` seconds, then cancel them."""
         self.close_streams()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
@@ -195,30 +404,46 @@ class EventBus:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        for _, _, fut in list(self._waiters):
-            if not fut.done():
-                fut.set_exception(AvatarError(ErrorCode.CLOSED, "the session ended"))
 
 
 class EventSource:
-    """The public event verbs of a session, over its ``_bus`` (shared by both transports)."""
+    """The public event verbs of a session, over its ``_bus`` (shared by both transports).
+
+    Thin delegation only: the behaviour lives in :class:`EventBus`.
+    """
 
     _bus: EventBus
 
-    def on(self, name: str, callback: Callback) -> Callable[[], None]:
+    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]:
         """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
         return self._bus.on(name, callback)
 
-    def events(self, *names: str) -> AsyncIterator[Event]:
-        """Async iterator of events (optionally only ``names``); ends when the session ends."""
+    def events(self, *names: str | EventName) -> EventStream:
+        """Async iterator of events (optionally only ``names``), subscribed at call time;
+        ends when the session ends. ``aclose()`` or ``async with`` unsubscribes early."""
         return self._bus.events(*names)
 
-    async def wait_for(
+    def expect(
         self,
-        name: str,
+        name: str | EventName,
+        predicate: Callable[[Event], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Expectation:
+        """The next event ``name``, registered now and awaited later: ``w =
+        session.expect("reconnected", timeout=5); <trigger>; event = await w``.
+
+        ``timeout`` (seconds) counts from this call; ``TimeoutError`` names the event.
+        Raises ``AvatarError(CLOSED)`` at once on an ended session."""
+        return self._bus.expect(name, predicate, timeout)
+
+    def wait_for(
+        self,
+        name: str | EventName,
         timeout: float | None = None,
         predicate: Callable[[Event], bool] | None = None,
-    ) -> Event:
-        """The next event ``name`` (for which ``predicate(event)`` is true, if given);
-        ``TimeoutError`` after ``timeout`` seconds."""
-        return await self._bus.wait_for(name, timeout, predicate)
+    ) -> Coroutine[Any, Any, Event]:
+        """``await session.wait_for(name, timeout)``: the next event ``name`` (for which
+        ``predicate(event)`` is true, if given). Subscribed when called, not when awaited;
+        ``TimeoutError`` after ``timeout`` seconds; ``AvatarError(CLOSED)`` on an ended
+        session, at once."""
+        return self._bus.wait_for(name, timeout, predicate)

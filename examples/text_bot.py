@@ -26,8 +26,9 @@ async def converse(session: AvatarSession, questions: list[str]) -> None:
     for question in questions:
         reply.clear()
         print("you:   ", question)
+        turn_ended = session.expect("agent_turn_ended", timeout=30)  # subscribed before speaking
         await session.speak(question)
-        await session.wait_for("agent_turn_ended", timeout=30)
+        await turn_ended
         print("avatar:", "".join(reply).strip())
 
 

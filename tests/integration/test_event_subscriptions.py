@@ -1,0 +1,54 @@
+"""Event subscriptions over real sockets: registered at call time, never waiting on an ended
+session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from avatar_sdk import AvatarError, ErrorCode, EventName
+from avatar_sdk.testing import StagingServer
+
+from .conftest import SessionFactory
+
+
+async def test_expect_before_a_drop_sees_the_reconnect(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    reconnected = session.expect("reconnected", timeout=5)
+    await staging.faults.drop_socket()
+    event = await reconnected
+    assert event.data["tier"] == "socket" and event.data["recovered"] is True
+
+
+async def test_wait_for_subscribes_when_called_not_when_awaited(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    done = asyncio.Event()
+    session.on(EventName.RECONNECTED, lambda _: done.set())
+    waiting = session.wait_for(EventName.RECONNECTED, 5)  # not awaited yet
+    await staging.faults.drop_socket()
+    await asyncio.wait_for(done.wait(), 5)  # the event has already happened...
+    event = await asyncio.wait_for(waiting, 1)  # ...and the earlier call still gets it
+    assert event.data["tier"] == "socket"
+
+
+async def test_wait_for_on_a_closed_session_fails_at_once(make_session: SessionFactory) -> None:
+    session = make_session()
+    await session.connect()
+    await session.close()
+    started = time.monotonic()
+    with pytest.raises(AvatarError) as caught:
+        await asyncio.wait_for(session.wait_for("reconnected"), 2)
+    assert caught.value.code is ErrorCode.CLOSED
+    with pytest.raises(AvatarError) as caught:
+        session.expect("reconnected")
+    assert caught.value.code is ErrorCode.CLOSED
+    assert time.monotonic() - started < 0.5
+    assert [e.name async for e in session.events()] == []  # ends at once too
