@@ -605,8 +605,13 @@ class AvatarSession(EventSource):
 
     async def _send_turn(self, text: str, *, resend: bool = False) -> None:
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
-        await self._send(Out.TEXT_ENTERED, build_text_entered(text))
-        self._ledger.sent(text, resent=resend)
+        # Recorded before the send: the server's answer may be handled before it returns.
+        turn = self._ledger.sent(text, resent=resend)
+        try:
+            await self._send(Out.TEXT_ENTERED, build_text_entered(text))
+        except AvatarError:
+            self._ledger.forget(turn)  # never written: the caller holds or fails it
+            raise
         self._guards.on_user_turn(text)
         self._idle.touch()
 

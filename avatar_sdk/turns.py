@@ -97,5 +97,9 @@ class TurnLedger:
         self._turns = [t for t in self._turns if t not in due]
         return due
 
+    def forget(self, turn: Turn) -> None:
+        """A turn that was never written after all (the send failed)."""
+        self._turns = [t for t in self._turns if t is not turn]
+
     def clear(self) -> None:
         self._turns.clear()

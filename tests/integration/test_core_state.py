@@ -10,6 +10,7 @@ from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.testing import StagingServer
 
 from .conftest import FAST, SessionFactory
+from .test_staging_media import until
 
 #: Resend at once after a recovery when nothing confirms a turn: a resend that should
 #: not happen shows up before anything else the test waits for.
@@ -18,9 +19,9 @@ EAGER = FAST.with_(turn_confirm_timeout=0.0)
 
 def _texts(staging: StagingServer) -> list[str]:
     return [
-        e.data["text"]
+        e.payload["text"]
         for e in staging.received_events("onTextEntered")
-        if isinstance(e.data, dict) and e.data.get("isFinal") is True
+        if isinstance(e.payload, dict) and e.payload.get("isFinal") is True
     ]
 
 
@@ -32,7 +33,7 @@ async def test_a_paused_session_is_paused_again_after_socket_recovery(
     await session.wait_for("agent_turn_ended", 2)
     await session.pause()
     sid = staging.live_sids[0]
-    assert staging.conversations[sid].paused
+    assert await until(lambda: staging.conversations[sid].paused, 2)
     reconnected = session.expect("reconnected", timeout=3)
     await staging.faults.drop_socket(recovery=True)
     event = await reconnected
@@ -43,7 +44,7 @@ async def test_a_paused_session_is_paused_again_after_socket_recovery(
     resumed = session.expect("state_changed", lambda e: e.data["state"] == "connected", 2)
     await session.resume()
     await resumed
-    assert not staging.conversations[sid].paused
+    assert await until(lambda: not staging.conversations[sid].paused, 2)
 
 
 async def test_a_cold_reconnect_pauses_the_new_server_session_again(
@@ -54,6 +55,7 @@ async def test_a_cold_reconnect_pauses_the_new_server_session_again(
     await session.wait_for("agent_turn_ended", 2)
     await session.pause()
     old_sid = staging.live_sids[0]
+    assert await until(lambda: staging.conversations[old_sid].paused, 2)
     reconnected = session.expect("reconnected", timeout=5)
     await staging.faults.drop_socket(recovery=False)
     event = await reconnected
@@ -61,10 +63,10 @@ async def test_a_cold_reconnect_pauses_the_new_server_session_again(
     assert session.state == "paused"
     [new_sid] = staging.live_sids
     assert new_sid != old_sid
-    assert staging.conversations[new_sid].paused
+    assert await until(lambda: staging.conversations[new_sid].paused, 2)
     await session.resume()
     assert session.state == "connected"
-    assert not staging.conversations[new_sid].paused
+    assert await until(lambda: not staging.conversations[new_sid].paused, 2)
 
 
 async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery(
@@ -77,7 +79,7 @@ async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery
     conv = staging.conversations[sid]
     conv.agent_down = True  # the server takes the turn in and nothing answers it
     await session.speak("are you there?")
-    assert conv.dropped_turns == ["are you there?"]
+    assert await until(lambda: conv.dropped_turns == ["are you there?"], 2)
     conv.agent_down = False
     resent = session.expect("turn_resent", timeout=5)
     await staging.faults.drop_socket(recovery=True)
@@ -108,26 +110,28 @@ async def test_a_confirmed_turn_is_never_resent(
     assert session.stats()["turns_resent"] == 0
 
 
-async def test_evidence_replayed_by_the_recovery_confirms_the_turn(
+async def test_evidence_after_the_recovery_confirms_the_turn(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    """The server answered while the transport was down: the replay is the evidence."""
-    session = make_session(config=EAGER)
+    """The server took the turn and answers late, after the socket recovered: no resend."""
+    session = make_session(config=FAST.with_(turn_confirm_timeout=2.0))
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
-    sid = staging.live_sids[0]
-    started = staging.conversations[sid]
-    heard = session.expect("agent_speech_started", lambda e: "mid-drop" in str(e.data), 3)
+    conv = staging.conversations[staging.live_sids[0]]
+    staging.faults.latency(0.3)  # the answer leaves the server after the drop
+    heard = session.expect("agent_speech_started", lambda e: "mid-drop" in str(e.data), 5)
     reconnected = session.expect("reconnected", timeout=3)
     await session.speak("mid-drop")
+    assert await until(lambda: "mid-drop" in conv.user_turns, 2)
     await staging.faults.drop_socket(recovery=True)
-    await heard
     await reconnected
+    await heard
+    staging.faults.latency(0.0)
     await session.speak("after")
     await session.wait_for(
         "agent_speech_started", 3, lambda e: "after" in (e.data["speech_id"] or "")
     )
-    assert started.user_turns.count("mid-drop") == 1
+    assert conv.user_turns.count("mid-drop") == 1
     assert session.stats()["turns_resent"] == 0
 
 
@@ -135,7 +139,7 @@ async def test_a_turn_held_in_a_dead_socket_moment_is_delivered(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
     """speak() while the socket is down but before its recovery started: held, not lost."""
-    session = make_session()
+    session = make_session(config=FAST.with_(turn_confirm_timeout=0.3))
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
     reconnected = session.expect("reconnected", timeout=3)
