@@ -24,9 +24,11 @@ unprovoked and the second starts again.
 * dead downlink: ``faults.media_stall("stv", seconds=None)`` (ICE up, no frames) until
   ``media_recovering``; then ``faults.clear()`` and the re-subscribe runs to
   ``media_recovered``.
-* silently dead socket: ``faults.silent_socket()`` (no close, no pings) until the SDK's
-  probe gives up (``reconnecting``); the quiet time the socket already had at the fault
-  is recorded (the probe counts from the last inbound event, not from the fault).
+* silently dead socket: ``faults.silent_socket(server_timeout=0.5)`` (a vanished peer: no
+  byte, no close, no FIN either way; the server times the socket out itself after 0.5 s,
+  before any probe can give up, so the session is restored in place) until the SDK's probe
+  gives up (``reconnecting``); the quiet time the socket already had at the fault is
+  recorded (the probe counts from the last inbound event, not from the fault).
 
 The socket tier (a transport that closes) is figure 2 (``recovery.py``), not repeated here.
 """
@@ -53,6 +55,9 @@ TITLE = "resilience: fault -> verified-usable, per tier"
 
 STEADY = 1.0
 ROUND_TIMEOUT = 20.0
+#: The staging server times a silent socket out after this long (well before the probe,
+#: at least ``socket_probe_timeout`` after the fault, can judge it dead): in-place recovery.
+SILENT_SERVER_TIMEOUT = 0.5
 CONNECT_TIMEOUT = 20.0
 #: The SDK's watchdogs tick every 0.1 s (media) and 0.5 s (socket); a round that ends
 #: inside a watchdog's task would phase-lock the next fault to its tick, so each steady
@@ -411,7 +416,7 @@ class Bench:
         mark = tl.mark()
         started = time.monotonic()
         quiet = started - channel.last_activity
-        blackholed = self.staging.faults.silent_socket()
+        blackholed = self.staging.faults.silent_socket(server_timeout=SILENT_SERVER_TIMEOUT)
         detected = await tl.wait(mark, "reconnecting", ROUND_TIMEOUT)
         reconnected = await tl.wait(mark, "reconnected", ROUND_TIMEOUT)
         if blackholed < 1:
@@ -444,7 +449,7 @@ async def _measure() -> tuple[dict[str, Part], dict[str, Any]]:
                 "stv": await bench.part(PLANS["stv"], bench.stv_round),
                 "cold": await bench.part(PLANS["cold"], bench.cold_round),
                 "stall": await bench.part(PLANS["stall"], bench.stall_round),
-                # Last: a blackholed server socket lingers until Engine.IO times it out.
+                # Last: a silenced server connection is held open until the server stops.
                 "silent": await bench.part(PLANS["silent"], bench.silent_round),
             }
             stats = session.stats()

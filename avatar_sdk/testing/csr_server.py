@@ -29,6 +29,8 @@ from typing import Any
 import socketio
 from socketio import packet as sio_packet
 
+from .silence import SilencedConnection
+
 log = logging.getLogger(__name__)
 
 NS = "/"
@@ -87,6 +89,8 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
         self.expired_handler: Callable[[str], Any] | None = None
         self.recoveries = 0
         self.refused_recoveries = 0
+        self._silenced: list[SilencedConnection] = []
+        self._silence_timers: set[asyncio.Task[None]] = set()
 
     # -- connect ----------------------------------------------------------------------------
     async def _handle_connect(self, eio_sid: str, namespace: str | None, data: Any) -> None:
@@ -272,21 +276,52 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
         await socket.queue.put(None)  # wakes the websocket writer, which closes the websocket
         return True
 
-    def blackhole(self, sid: str) -> bool:
-        """Make the client's transport silently dead: nothing sent, everything received
-        ignored, no close (a NAT rebinding or a frozen middlebox)."""
+    def blackhole(self, sid: str, server_timeout: float | None = None) -> bool:
+        """Make the client's connection silently dead, like a peer that vanished (a dead NAT
+        mapping, a lost Wi-Fi link): nothing is read, nothing is written (no ping, no close
+        frame), and the TCP connection stays open with no FIN, until :meth:`release_blackholes`.
+
+        ``server_timeout``: after that many seconds the server treats the socket as gone with
+        a recoverable reason (its session is kept for recovery, as after a transport close),
+        still without a byte to the client. ``None``: only Engine.IO's own heartbeat (ping
+        interval + timeout) ever notices.
+        """
         session = self.sessions_by_sid.get(sid)
         eio_sid = session.eio_sid if session is not None else self.manager.eio_sid_from_sid(sid, NS)
         socket = self.eio.sockets.get(eio_sid) if eio_sid is not None else None
-        if socket is None:
+        if eio_sid is None or socket is None or socket.closed or socket.closing:
             return False
-
-        async def swallow(*_: Any, **__: Any) -> None:
-            return None
-
-        socket.send = swallow
-        socket.receive = swallow
+        request = (self.environ.get(eio_sid) or {}).get("aiohttp.request")
+        silenced = SilencedConnection.silence(getattr(request, "transport", None))
+        if silenced is None:
+            return False
+        self._silenced.append(silenced)
+        if server_timeout is not None:
+            task = asyncio.ensure_future(self._time_out(eio_sid, max(0.0, server_timeout)))
+            self._silence_timers.add(task)
+            task.add_done_callback(self._silence_timers.discard)
         return True
+
+    async def _time_out(self, eio_sid: str, after: float) -> None:
+        """The server's own liveness check gives up on a silent socket (ping timeout)."""
+        await asyncio.sleep(after)
+        socket = self.eio.sockets.get(eio_sid)
+        if socket is None or socket.closed or socket.closing:
+            return
+        # What engineio does when a client stops answering pings, minus the CLOSE packet
+        # (which the dead path would swallow anyway): a recoverable disconnect.
+        await socket.close(wait=False, abort=True, reason=self.eio.reason.PING_TIMEOUT)
+        await socket.queue.put(None)  # let the websocket writer finish
+
+    def release_blackholes(self) -> int:
+        """Close every silenced connection for real (fault cleared, or server stopping)."""
+        for task in list(self._silence_timers):
+            task.cancel()
+        self._silence_timers.clear()
+        released, self._silenced = self._silenced, []
+        for silenced in released:
+            silenced.release()
+        return len(released)
 
     def close_all_sessions(self) -> None:
         """Cancel every pending recovery timer (server shutdown)."""

@@ -49,11 +49,24 @@ class Faults:
         for sid in list(self._server.conversations):
             await self._server.sio.disconnect(sid)
 
-    def silent_socket(self) -> int:
-        """Every control socket goes silently dead (no close, no pings): only a client-side
-        probe can notice before Engine.IO's ping timeout."""
+    def silent_socket(self, server_timeout: float | None = None) -> int:
+        """Every control socket goes silently dead like a vanished peer: nothing read, nothing
+        written (no ping, no close frame), no FIN, until :meth:`clear` or the server stops.
+        Only a client-side probe can notice before Engine.IO's ping timeout. Returns how many
+        sockets were silenced.
+
+        ``server_timeout=S``: after ``S`` seconds the server treats the socket as gone (ping
+        timeout, recoverable), so a client reconnecting after that recovers in place.
+        ``None``: only the server's own heartbeat (25 + 20 s) ever notices, so a recovery
+        offered before that is refused and the client takes the cold path.
+        """
         self.injected.append("silent_socket")
-        return sum(1 for sid in list(self._server.conversations) if self._server.sio.blackhole(sid))
+        sio = self._server.sio
+        return sum(
+            1
+            for sid in list(self._server.conversations)
+            if sio.blackhole(sid, server_timeout=server_timeout)
+        )
 
     def recovery_window(self, seconds: float) -> None:
         """Server-side connection-state-recovery window (default 20 s)."""
@@ -189,4 +202,5 @@ class Faults:
         self.genie_statuses.clear()
         self.genie_answer_delay = 0.0
         self._server.sio.recovery_enabled = True
+        self._server.sio.release_blackholes()
         self._server.media.clear_faults()

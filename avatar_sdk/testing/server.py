@@ -13,7 +13,6 @@ exactly like the real conversation manager, including its quirks: a ``join`` wit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import secrets
@@ -25,6 +24,7 @@ from typing import Any
 import socketio
 from aiohttp import web
 
+from ..besteffort import best_effort
 from ..wire.names import In, Out
 from .brain import Brain
 from .converse import mount_converse
@@ -222,6 +222,8 @@ class StagingServer:
         """Hook for extensions (media endpoints, control API)."""
 
     async def stop(self) -> None:
+        # Silenced sockets first: their transports ignore the closes the shutdown asks for.
+        self.sio.release_blackholes()
         for conv in self.conversations.values():
             conv.close()
         tasks = [c.turn_task for c in self.conversations.values() if c.turn_task is not None]
@@ -229,7 +231,7 @@ class StagingServer:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self.media.stop()
         self.sio.close_all_sessions()
-        with contextlib.suppress(Exception):
+        with best_effort("socket.io shutdown", log):
             await asyncio.wait_for(self.sio.shutdown(), 1.0)
         if self._runner is not None:
             await self._runner.cleanup()

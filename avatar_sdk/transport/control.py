@@ -8,7 +8,6 @@ happen only when the session machine calls :meth:`reconnect`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 import socketio
 
+from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..redact import register_secret
 from .csr import RecoveringAsyncClient, is_recoverable
@@ -128,7 +128,7 @@ class ControlChannel:
         if self._client is None or self._closed:
             raise AvatarError(ErrorCode.CLOSED, "control channel closed")
         if self._client.connected:
-            with contextlib.suppress(Exception):
+            with best_effort("abort before reconnect", log):
                 await self._client.abort()
         return await self._connect(timeout)
 
@@ -169,7 +169,7 @@ class ControlChannel:
 
     async def _drop_quietly(self) -> None:
         if self._client is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("abort after a failed connect", log):
                 await self._client.abort()
 
     async def emit(self, event: str, payload: Any) -> None:
@@ -187,7 +187,7 @@ class ControlChannel:
     async def drop(self, reason: str = "ping timeout") -> None:
         """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
         if self._client is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("abort of a dead transport", log):
                 await self._client.abort(reason)
 
     async def close(self, timeout: float) -> None:
@@ -202,7 +202,7 @@ class ControlChannel:
             except (TimeoutError, Exception):
                 await self._drop_quietly()
         if self._http is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("http session close", log):
                 await self._http.close()
             self._http = None
 

@@ -35,11 +35,21 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import engineio
 import socketio
 from socketio import packet as sio_packet
 
+from ..besteffort import best_effort
+
 log = logging.getLogger(__name__)
+
+#: How long an abort lets a live peer answer the websocket close before dropping the TCP
+#: connection (a dead peer never answers). Usually not spent at all: once its reader was
+#: cancelled, aiohttp drops the connection right after sending the close frame.
+_CLOSE_ANSWER_GRACE = 0.05
+#: Bound on engine.io's own teardown steps (its loops stopping, its disconnect handler).
+_LOOP_EXIT_TIMEOUT = 1.0
 
 #: Disconnect reasons, in the Socket.IO (JavaScript) vocabulary the protocol uses.
 TRANSPORT_CLOSE = "transport close"
@@ -83,6 +93,8 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         self._pre_connect: list[tuple[Any, list[Any], str | None]] = []
         self._closing = False
         self.last_receive = 0.0
+        #: Bumped by every connect(): what an abort captured belongs to an older generation.
+        self._generation = 0
 
     # -- outgoing ---------------------------------------------------------------------------
     async def _csr_auth(self) -> dict[str, Any]:
@@ -103,6 +115,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             if self.eio.state == "disconnected":
                 break
             await asyncio.sleep(0.01)
+        self._generation += 1
         self._closing = False
         self.disconnect_reason = None
         self.refusal = None
@@ -136,40 +149,85 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             await self.abort()
         await self._close_http()
 
-    async def _close_http(self) -> None:
-        # engineio keeps its aiohttp session across reconnects; close it when we are done.
-        # A session the caller passed in (external) is the caller's to close, and must stay
-        # in place: engineio would otherwise create (and leak) a private one on reconnect.
+    async def _close_http(self, http: aiohttp.ClientSession | None = None) -> None:
+        """Close engineio's private aiohttp session (``http``: the one captured by the caller).
+
+        engineio keeps its aiohttp session across reconnects; close it when we are done.
+        A session the caller passed in (external) is the caller's to close, and must stay
+        in place: engineio would otherwise create (and leak) a private one on reconnect.
+        """
         if self.eio.external_http:
             return
-        http = self.eio.http
+        http = self.eio.http if http is None else http
         if http is not None and not http.closed:
-            with contextlib.suppress(Exception):
+            with best_effort("engine.io http session close", log):
                 await http.close()
-        self.eio.http = None
+        if self.eio.http is http:
+            self.eio.http = None
 
     async def abort(self, reason: str | None = None) -> None:
-        """Drop the transport at once without any goodbye.
+        """Drop the current transport at once, without waiting on the peer.
 
         With a ``reason`` (a socket judged dead by a probe) the drop is reported with it,
         like any other transport failure; without one it counts as our own disconnect.
+
+        Everything here acts on the connection that is current when ``abort`` is called,
+        and on nothing later. The disconnect is reported only once that connection's read
+        and write loops are gone and its websocket is closed, because the ``disconnect``
+        handler is what lets the session reconnect on this same client: a reconnect must
+        never find a half-torn connection, and nothing of this one may run after it.
+        (Issue 8, defect 3: closing the websocket first made its read loop report the
+        disconnect at once; the session recovered in place while this method still waited
+        for a close answer the dead peer never sent, then "disconnected" the new connection,
+        which ended the session with ``io client disconnect``.)
         """
         if reason is not None:
             self.disconnect_reason = reason
         else:
             self._closing = True
         eio = self.eio
-        with contextlib.suppress(Exception):
-            if eio.ws is not None:
-                await asyncio.wait_for(eio.ws.close(), 0.2)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(eio.disconnect(abort=True), 0.3)
-        for task in (eio.read_loop_task, eio.write_loop_task):
-            if task is not None and not task.done():
-                task.cancel()
-        with contextlib.suppress(Exception):
-            await eio._reset()
-        await self._close_http()
+        generation = self._generation
+        ws = eio.ws
+        http = eio.http
+
+        def still_ours() -> bool:
+            # No connect() has begun since: eio's state is still this connection's.
+            return self._generation == generation and eio.ws is ws
+
+        # 1. Stop the read and write loops before anything can wake them: a read loop woken by
+        #    a closing websocket would report the disconnect (and reset eio) on its own.
+        current = asyncio.current_task()
+        loops = [
+            task
+            for task in (eio.read_loop_task, eio.write_loop_task)
+            if task is not None and not task.done() and task is not current
+        ]
+        for task in loops:
+            task.cancel()
+        if loops:
+            _, stuck = await asyncio.wait(loops, timeout=_LOOP_EXIT_TIMEOUT)
+            if stuck:
+                log.warning("engine.io loops did not stop within %.1fs", _LOOP_EXIT_TIMEOUT)
+        # 2. Close the websocket without waiting for the peer's close frame: a dead peer never
+        #    sends one, and aiohttp drops the TCP connection when the wait is cut short.
+        if ws is not None and not ws.closed:
+            try:
+                await asyncio.wait_for(ws.close(), _CLOSE_ANSWER_GRACE)
+            except TimeoutError:
+                log.debug("no close answer within %.2fs: connection dropped", _CLOSE_ANSWER_GRACE)
+            except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+                log.debug("websocket close failed: %s", type(exc).__name__)
+        # 3. Report the disconnect (with the reason set above) and reset engineio. Its
+        #    disconnect() finds the websocket closed and the loops gone, so it neither sends
+        #    nor waits; only now may the session reconnect on this client.
+        if still_ours() and eio.state == "connected":
+            with best_effort("engine.io disconnect", log):
+                await asyncio.wait_for(eio.disconnect(abort=True), _LOOP_EXIT_TIMEOUT)
+        if still_ours() and eio.state != "disconnected":
+            with best_effort("engine.io reset", log):
+                await eio._reset()
+        if still_ours() or eio.http is not http:  # else a later connection is using it
+            await self._close_http(http)
 
     # -- incoming ---------------------------------------------------------------------------
     async def _handle_eio_message(self, data: Any) -> None:

@@ -184,9 +184,10 @@ async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
     assert lost.data["reason"] == "ping timeout"
     assert detected < cfg.socket_probe_interval + cfg.socket_probe_timeout + 0.6
     ev = await session.wait_for("reconnected", 10)
-    # Our abort closes the TCP connection, so the staging server notices and can restore
-    # the session; a server behind a dead NAT would not, and the cold tier takes over.
-    assert ev.data["tier"] in ("socket", "cold")
+    # Like a server behind a dead NAT, staging never hears of the abort (no FIN reaches it)
+    # and has not timed the socket out yet: the in-place offer is refused, the cold tier
+    # takes over. tests/integration/test_silent_socket.py covers both server behaviours.
+    assert ev.data["tier"] == "cold"
     assert session.state == "connected"
     await session.speak("still here")
     await session.wait_for("agent_turn_ended", 3)

@@ -21,6 +21,7 @@ from socketio import packet as sio_packet
 from avatar_sdk.transport.csr import (
     IO_CLIENT_DISCONNECT,
     IO_SERVER_DISCONNECT,
+    PING_TIMEOUT,
     RecoveringAsyncClient,
     is_recoverable,
 )
@@ -363,6 +364,33 @@ async def test_close_gracefully_is_a_client_namespace_disconnect(
     assert client.pid is None and client.offset is None
     reason = await node_server.disconnect_reason(sid)
     assert reason == "client namespace disconnect"  # not "transport close": nothing to recover
+
+
+async def test_abort_reports_its_reason_once_and_leaves_a_clean_client(
+    node_server: NodeServer, harness: Harness
+) -> None:
+    """``abort(reason)`` (a socket judged dead) reports the drop once, with that reason,
+    before it returns and with Engine.IO already reset: the session reconnects from that
+    report, so nothing of the aborted transport may be left to act on the next connection."""
+    rec = Recorder()
+    client = harness.client(rec)
+    await connect(client, node_server)
+    await rec.wait_for("onServerConnected")
+    sid, pid = client.get_sid(), client.pid
+    assert sid is not None
+
+    await client.abort(PING_TIMEOUT)
+    assert len(rec.args("disconnect")) == 1
+    assert client.disconnect_reason == PING_TIMEOUT  # what ControlChannel reports
+    assert client.eio.state == "disconnected" and not client.connected
+    assert client.pid == pid and client.offset is not None  # recovery will be offered
+    assert is_recoverable(await node_server.disconnect_reason(sid))
+
+    await connect(client, node_server)
+    assert client.recovered is True
+    assert client.get_sid() == sid
+    assert await stats(client) == {"recovered": True, "id": sid}
+    assert len(rec.args("disconnect")) == 1  # reported once, never again
 
 
 # -- regressions: ordering guarantees under async handlers -----------------------------------
