@@ -6,6 +6,8 @@ never saw is resent exactly once after a recovery, and a turn it did see never i
 
 from __future__ import annotations
 
+import pytest
+
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.testing import StagingServer
 
@@ -164,3 +166,33 @@ async def test_wait_for_on_an_ended_session_fails_at_once(
         assert error.code is ErrorCode.CLOSED
     else:  # pragma: no cover - the assertion below explains
         raise AssertionError("wait_for on an ended session returned")
+
+
+PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.3, turn_confirm_timeout=0.5)
+
+
+@pytest.mark.parametrize(("server_timeout", "tier"), [(0.2, "socket"), (None, "cold")])
+async def test_a_turn_spoken_into_a_silently_dead_socket_is_resent_once(
+    staging: StagingServer,
+    make_session: SessionFactory,
+    server_timeout: float | None,
+    tier: str,
+) -> None:
+    """Issue 8 defect 2: the turn vanishes into the dead socket; after the recovery
+    (in place when the server timed the socket out, cold when it did not) it is resent
+    exactly once and answered."""
+    session = make_session(config=PROBING)
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    resent = session.expect("turn_resent", timeout=10)
+    answered = session.expect(
+        "agent_speech_started", lambda e: "lost in the void" in (e.data["speech_id"] or ""), 10
+    )
+    assert staging.faults.silent_socket(server_timeout=server_timeout) == 1
+    await session.speak("lost in the void")
+    event = await resent
+    assert event.data == {"text": "lost in the void", "tier": tier}
+    await answered
+    assert session.state == "connected"
+    assert _texts(staging).count("lost in the void") == 1  # the first one never arrived
+    assert session.stats()["turns_resent"] == 1
