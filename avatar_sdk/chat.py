@@ -37,7 +37,7 @@ import aiohttp
 
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
-from .events import EventBus, EventSource
+from .events import EventSource
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards, ToolHandler
 from .lifecycle import CompletionSignal, default_hooks
 from .redact import register_secret
@@ -302,7 +302,7 @@ class ChatSession(EventSource):
         self._request_vars = check_request_vars(request_vars)
         self.config = config or SessionConfig()
         self._thread_id = thread_id
-        self._bus = EventBus()
+        super().__init__()
         self._guards = ConversationGuards(self.config, self._on_guard_event, hard_tier=False)
         self._genie = GenieClient(self._genie_url, token)
         self._completion = CompletionSignal(

@@ -21,8 +21,8 @@ from .guards import ConversationGuards
 from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
 from .machine import SessionMachine
+from .outcome import LinkSlot
 from .supervisor import Supervisor
-from .tiers import LinkSlot
 from .transport.asr import UplinkTrack
 from .transport.genie import GenieClient
 from .transport.stv import FanoutTrack

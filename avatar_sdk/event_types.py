@@ -63,6 +63,7 @@ class EventName(StrEnum):
     SPIRAL_RECOVERED = "spiral_recovered"
     BRAIN_STALLED = "brain_stalled"
     TURN_RESENT = "turn_resent"
+    RETRY_BUDGET_RESET = "retry_budget_reset"
 
 
 # -- connectivity ------------------------------------------------------------------------------
@@ -292,6 +293,12 @@ class TurnResentPayload(TypedDict):
     tier: str
 
 
+class RetryBudgetResetPayload(TypedDict):
+    tier: str
+    spent: int
+    stable_for: float
+
+
 #: The ``Event.data`` shape of each event.
 PAYLOADS: Final[dict[EventName, type]] = {
     EventName.STATE_CHANGED: StateChangedPayload,
@@ -335,4 +342,5 @@ PAYLOADS: Final[dict[EventName, type]] = {
     EventName.SPIRAL_RECOVERED: SpiralRecoveredPayload,
     EventName.BRAIN_STALLED: BrainStalledPayload,
     EventName.TURN_RESENT: TurnResentPayload,
+    EventName.RETRY_BUDGET_RESET: RetryBudgetResetPayload,
 }

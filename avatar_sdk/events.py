@@ -407,12 +407,11 @@ class EventBus:
 
 
 class EventSource:
-    """The public event verbs of a session, over its ``_bus`` (shared by both transports).
+    """The public event verbs of a session (both transports): a base class that owns the
+    session's :class:`EventBus` and delegates to it; the behaviour lives in the bus."""
 
-    Thin delegation only: the behaviour lives in :class:`EventBus`.
-    """
-
-    _bus: EventBus
+    def __init__(self) -> None:
+        self._bus = EventBus()
 
     def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]:
         """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""

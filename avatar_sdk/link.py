@@ -164,7 +164,7 @@ class LinkBuilder:
         partner_id: str | None,
         media: MediaSpec | None,
         counters: dict[str, Any],
-        listener: LinkListener,
+        listener: LinkListener | None = None,
     ) -> None:
         self._url = url
         self.__token = token
@@ -173,11 +173,14 @@ class LinkBuilder:
         self._partner_id = partner_id
         self._media = media
         self._counters = counters
-        self._listener = listener
+        #: Where links report; set before the first ``create()``.
+        self.listener = listener
 
     def create(self) -> ServerLink:
         """A new, unopened link (no I/O): the session adopts it before any event arrives."""
-        listener = self._listener
+        listener = self.listener
+        if listener is None:
+            raise RuntimeError("LinkBuilder.listener must be set before create()")
         link: ServerLink
 
         def on_event(name: str, args: list[Any]) -> None:

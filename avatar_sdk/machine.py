@@ -97,6 +97,7 @@ TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     ("recovered", "reconnecting", "connected"),
     # tier 2: media recovery in place
     ("media_down", "connected", "recovering_media"),
+    ("media_recovered", "recovering_media", "paused", "user_paused"),
     ("media_recovered", "recovering_media", "connected"),
     # tier 3: cold reconnect on a brand-new socket, same thread
     ("recovery_failed", "reconnecting", "cold_reconnecting"),
@@ -231,6 +232,15 @@ class MachineData:
     category: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Is the upstream usable right now, and if not, why."""
+
+    upstream: str  # "live" | "idle" | "connecting" | "backoff" | "failed"
+    reason: str | None = None
+    category: str | None = None
+
+
 #: Data changes that belong to a transition, applied when it happens.
 _ON_TRIGGER: Final[dict[str, dict[str, Any]]] = {
     "pause": {"user_paused": True},
@@ -338,6 +348,21 @@ class SessionMachine:
             if not hasattr(self.data, key):
                 raise AttributeError(f"MachineData has no field {key!r}")
             setattr(self.data, key, value)
+
+    def health(self) -> Health:
+        """Upstream health, read from the state and its data."""
+        if self.is_in("connected", "paused"):
+            return Health("live")
+        upstream = (
+            "failed"
+            if self.is_in("failed")
+            else "idle"
+            if self.is_in("idle", "ended", "disconnecting")
+            else "backoff"
+            if self.data.backing_off or self.is_in("queued")
+            else "connecting"
+        )
+        return Health(upstream, self.data.reason, self.data.category)
 
     def _after_change(self, event: Any) -> None:
         previous = public_name(event.transition.source)

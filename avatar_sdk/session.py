@@ -1,70 +1,48 @@
 """AvatarSession: the public facade of one live avatar conversation.
 
 The facade owns the machine (the only state), the event bus, the link of the moment, one
-supervisor in which every task lives, and the parts it composes: the link builder (connect
-sequence), the recovery controller (three tiers, watchdogs), the guards, the turn ledger
-and the endings. Inbound events are routed by the pure :func:`~avatar_sdk.router.route`.
+supervisor in which every task lives, and the parts it composes, none of which calls back
+into it: the link builder (connect sequence), the recovery controller (three tiers and
+their watchdogs), the inbound handler (over the pure router), the turn desk (turns until
+confirmed), the guards, lifecycle and endings. ``docs/architecture.md`` draws who owns what.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
-
 from .clock import SYSTEM_CLOCK, Clock
 from .config import SessionConfig
-from .connector import Deadline
 from .conversation import ConversationView
 from .endings import Endings
 from .errors import AvatarError, ErrorCode
-from .events import EventBus, EventSource
-from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
+from .events import EventSource
+from .guards import ConversationGuards
+from .inbound import InboundHandler
 from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
-from .machine import SessionMachine, capacity_delay, decide_connect_failure, decide_disconnect
+from .machine import Health, SessionMachine
+from .outcome import LinkSlot, Outcome
 from .redact import register_secret
-from .router import route
 from .supervisor import Supervisor
-from .tiers import LinkSlot, Outcome, RecoveryController
+from .tiers import RecoveryController
 from .transport.asr import UplinkTrack
-from .transport.csr import IO_SERVER_DISCONNECT
 from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
-from .turns import TurnLedger
+from .turn_desk import TurnDesk
 from .urls import check_url
-from .wire import (
-    InboundEvent,
-    Out,
-    build_barge_in_marker,
-    build_empty,
-    build_text_entered,
-    clamp_text,
-    new_sticky_id,
-)
+from .wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 
 log = logging.getLogger(__name__)
 
-#: Turns held while recovering, at most; older callers get a clear failure, not silence.
-MAX_HELD_TURNS = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    """Is the upstream usable right now, and if not, why."""
-
-    upstream: str  # "live" | "idle" | "connecting" | "backoff" | "failed"
-    reason: str | None = None
-    category: str | None = None
+__all__ = ["AvatarSession", "Health"]
 
 
 class AvatarSession(EventSource):
@@ -87,28 +65,26 @@ class AvatarSession(EventSource):
         journal: str | Path | None = None,
         clock: Clock | None = None,
     ) -> None:
+        """See CONTRACT: ``url``/``token`` of the backend; ``thread_id`` resumes a thread;
+        ``audio`` an aiortc track for the uplink (None: silence); ``media=False`` for text
+        only; ``journal`` a JSONL path of every event; ``clock`` for tests (seconds)."""
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
         register_secret(token)
-        self._url = check_url(url, allow_insecure=allow_insecure_transport, what="url")
-        genie = genie_url and check_url(
-            genie_url, allow_insecure=allow_insecure_transport, what="genie_url"
-        )
+        insecure = allow_insecure_transport
+        self._url = check_url(url, allow_insecure=insecure, what="url")
+        genie = genie_url and check_url(genie_url, allow_insecure=insecure, what="genie_url")
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
+        super().__init__()
         self.config = cfg = config or SessionConfig()
         self._clock = clock or SYSTEM_CLOCK
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
-        self._bus = EventBus()
-        self._machine = SessionMachine(on_change=self._on_state_change)
+        self._machine = machine = SessionMachine(on_change=self._on_state_change)
         self._supervisor = Supervisor(self._on_task_failure)
         self._slot = LinkSlot()
         self._view = ConversationView(thread_id=thread_id)
-        self._ledger = TurnLedger()
-        self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
-        self._evidence = asyncio.Event()
-        self._agent_back: asyncio.Future[None] | None = None
         self._mic_enabled = True
         self._mute_task: asyncio.Task[Any] | None = None
         self._connect_task: asyncio.Task[Any] | None = None
@@ -119,17 +95,13 @@ class AvatarSession(EventSource):
             "events_in": 0,
             "events_out": 0,
             "protocol_errors": 0,
-            "turns_resent": 0,
             "connect_duration": None,
         }
         self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
             self._outputs["video"] = FanoutTrack("video")
-        spec = MediaSpec(
-            self._uplink_track, self._outputs, bool(video), allow_insecure_transport, turn
-        )
-        listener = LinkListener(self._on_inbound, self._on_protocol_error, self._on_disconnect)
+        spec = MediaSpec(self._uplink_track, self._outputs, bool(video), insecure, turn)
         self._builder = LinkBuilder(
             self._url,
             token,
@@ -138,7 +110,6 @@ class AvatarSession(EventSource):
             partner_id=partner_id,
             media=spec if self._media else None,
             counters=self._stats,
-            listener=listener,
         )
         self._guards = ConversationGuards(cfg, self._emit)
         self._genie = GenieClient(genie, token) if genie else None
@@ -149,33 +120,32 @@ class AvatarSession(EventSource):
         self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
+        self._desk = TurnDesk(
+            config=cfg, machine=machine, clock=self._clock, send=self._send,
+            guards=self._guards, idle=self._idle, emit=self._emit, stats=self._stats,
+        )  # fmt: skip
         self._recovery = RecoveryController(
-            machine=self._machine,
-            config=cfg,
-            clock=self._clock,
-            slot=self._slot,
-            builder=self._builder,
-            thread_id=lambda: self._view.thread_id,
-            restore=self._restore_user_state,
-            emit=self._emit,
-            spawn=self._supervisor.spawn,
-            on_outcome=self._after_recovery,
-            stats=self._stats,
-        )
+            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
+            builder=self._builder, thread_id=lambda: self._view.thread_id,
+            restore=self._restore_user_state, emit=self._emit, spawn=self._supervisor.spawn,
+            on_outcome=self._after_recovery, stats=self._stats,
+        )  # fmt: skip
         self._endings = Endings(
-            config=cfg,
-            machine=self._machine,
-            bus=self._bus,
-            slot=self._slot,
-            supervisor=self._supervisor,
-            guards=self._guards,
-            genie=self._genie,
-            completion=self._completion,
-            idle=self._idle,
-            journal=self._journal,
-            outputs=self._outputs,
-            uplink_track=self._uplink_track,
-            fail_waiters=self._fail_held,
+            config=cfg, machine=machine, bus=self._bus, slot=self._slot,
+            supervisor=self._supervisor, guards=self._guards, genie=self._genie,
+            completion=self._completion, idle=self._idle, journal=self._journal,
+            outputs=self._outputs, uplink_track=self._uplink_track,
+            fail_waiters=self._desk.fail_held,
+        )  # fmt: skip
+        self._inbound = InboundHandler(
+            config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
+            endings=self._endings, recovery=self._recovery, desk=self._desk, view=self._view,
+            guards=self._guards, completion=self._completion, idle=self._idle,
+            emit=self._emit, stats=self._stats,
+        )  # fmt: skip
+        # Wired last: links report to the handler, which needs every part above.
+        self._builder.listener = LinkListener(
+            self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
         )
 
     # -- introspection --------------------------------------------------------------------
@@ -218,19 +188,7 @@ class AvatarSession(EventSource):
 
     def health(self) -> Health:
         """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
-        m, data = self._machine, self._machine.data
-        if m.is_in("connected", "paused"):
-            return Health("live")
-        upstream = (
-            "failed"
-            if m.is_in("failed")
-            else "idle"
-            if m.is_in("idle", "ended", "disconnecting")
-            else "backoff"
-            if data.backing_off or m.is_in("queued")
-            else "connecting"
-        )
-        return Health(upstream, data.reason, data.category)
+        return self._machine.health()
 
     def stats(self) -> dict[str, Any]:
         """Counters: reconnects per tier, recovery durations (s), events in and out."""
@@ -288,7 +246,7 @@ class AvatarSession(EventSource):
         started = self._clock.monotonic()
         self._machine.fire("start")
         try:
-            await self._connect_until_admitted()
+            await self._recovery.admit(self._machine.fire)
             self._machine.fire("approved")
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -311,9 +269,9 @@ class AvatarSession(EventSource):
     def _start_watch(self) -> None:
         cfg, spawn = self.config, self._supervisor.spawn
         if self._media and cfg.quality_interval > 0:
-            spawn(self._recovery.quality_loop(cfg.quality_interval), "quality")
+            spawn(self._recovery.media.quality_loop(cfg.quality_interval), "quality")
         if self._media:
-            spawn(self._recovery.media_watchdog(), "media-watchdog")
+            spawn(self._recovery.media.watchdog(), "media-watchdog")
         if cfg.socket_probe_interval > 0:
             spawn(self._recovery.socket_watchdog(), "socket-watchdog")
         self._completion.hold()
@@ -327,77 +285,6 @@ class AvatarSession(EventSource):
             live = lambda: self._machine.is_in("connected")  # noqa: E731
             spawn(self._guards.run_watchdog(live), "brain-watchdog")
 
-    async def _connect_until_admitted(self) -> None:
-        """The connect sequence, waiting in ``queued`` while the backend has no capacity
-        (``throwToNoAgent``); the whole wait is bounded by ``capacity_max_wait``."""
-        cfg, clock = self.config, self._clock
-        queued_since = clock.monotonic()
-
-        def wait(state: RetryCallState) -> float:
-            return capacity_delay(cfg.capacity_backoff, state.attempt_number)
-
-        def over_budget(state: RetryCallState) -> bool:
-            return clock.monotonic() + (state.upcoming_sleep or 0.0) - queued_since > (
-                cfg.capacity_max_wait
-            )
-
-        async def queue(state: RetryCallState) -> None:
-            await self._release_link()
-            self._machine.fire("capacity_unavailable")
-            self._machine.set(reason="capacity_unavailable", category="capacity")
-            self._emit(
-                "queued", {"attempt": state.attempt_number, "retry_in": state.upcoming_sleep}
-            )
-
-        async def sleep(seconds: float) -> None:
-            self._machine.set(backing_off=True)
-            await clock.sleep(seconds)
-            self._machine.set(backing_off=False)
-            self._machine.fire("retry")
-
-        def capacity(exc: BaseException) -> bool:
-            return isinstance(exc, AvatarError) and (
-                decide_connect_failure(exc.code) == "capacity_unavailable"
-            )
-
-        retrying = AsyncRetrying(
-            stop=over_budget,
-            wait=wait,
-            retry=retry_if_exception(capacity),
-            before_sleep=queue,
-            sleep=sleep,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    await self._join_new_link(Deadline(cfg.overall_connect_timeout))
-        except AvatarError as error:
-            if capacity(error):
-                raise AvatarError(
-                    ErrorCode.CAPACITY_UNAVAILABLE,
-                    f"no capacity within capacity_max_wait={cfg.capacity_max_wait:g}s",
-                ) from None
-            raise
-
-    async def _join_new_link(self, deadline: Deadline) -> None:
-        link = self._builder.create()
-        self._slot.current = link
-        await self._builder.join(
-            link,
-            deadline,
-            thread_id=self._view.thread_id,
-            advance=self._machine.fire,
-            after_join=self._restore_user_state,
-        )
-        if self._slot.current is not link:  # replaced or closed underneath us
-            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during connect")
-
-    async def _release_link(self) -> None:
-        link, self._slot.current = self._slot.current, None
-        if link is not None:
-            await link.close(self.config.close_timeout / 2)
-
     async def _restore_user_state(self, link: ServerLink) -> None:
         """On every new server session: the user's mute and pause hold there too."""
         if link.lanes is not None and link.lanes.stv is not None:
@@ -408,159 +295,23 @@ class AvatarSession(EventSource):
         if self._machine.data.user_paused:
             await link.emit(Out.PAUSE_CONVERSATION, build_empty())
 
-    # -- inbound --------------------------------------------------------------------------
-    def _on_protocol_error(self, link: ServerLink, event: str, detail: str) -> None:
-        if link is self._slot.current:
-            self._stats["protocol_errors"] += 1
-            self._emit("protocol_error", {"event": event, "detail": detail})
-
-    def _on_inbound(self, link: ServerLink, name: str, event: InboundEvent) -> None:
-        if link is not self._slot.current:
-            return  # a late event from a link we already replaced
-        try:
-            self._apply(name, event)
-        except Exception as exc:
-            # A bug of ours must not take the socket's read loop down with it: report it
-            # like a malformed event and keep the session going.
-            log.error("handling %r failed: %r", name, exc, exc_info=exc)
-            self._on_protocol_error(link, name, f"internal: {type(exc).__name__}")
-
-    def _apply(self, name: str, event: InboundEvent) -> None:
-        m, spawn = self._machine, self._supervisor.spawn
-        routing = route(name, event, connecting=m.is_in("connecting", "cold_reconnecting"))
-        if routing.fatal is not None:
-            if m.is_in("connected", "paused", "reconnecting", "recovering_media"):
-                spawn(self._endings.fail(routing.fatal, reason=str(routing.fatal.code)), "fail")
-            return
-        if routing.session_error is not None:
-            self._emit("session_error", routing.session_error)
-        if routing.agent_error is not None:
-            if routing.agent_restarting:
-                self._emit("error", routing.agent_error.as_event())
-                self._agent_restarting()
-            else:
-                spawn(self._endings.fail(routing.agent_error, reason="agent_crashed"), "fail")
-            return
-        if routing.released is not None:
-            m.set(media_released=True)
-            self._emit("session_released", {"reason": routing.released})
-        if routing.agent_back and self._agent_back is not None and not self._agent_back.done():
-            self._agent_back.set_result(None)
-        if (routing.turn_to_talk and self._ledger.unconfirmed()) or (
-            self._ledger.observe_speech_id(routing.speech_id)
-        ):
-            if routing.turn_to_talk:
-                self._ledger.confirm_all()
-            self._evidence.set()
-        for public_name, data in self._view.apply(event):
-            self._emit(public_name, data)
-        if self._view.thread_id and self._completion.thread_id != self._view.thread_id:
-            self._completion.hold(self._view.thread_id)
-        if routing.activity:
-            self._idle.touch()
-        spiral = self._guards.observe(event)
-        if spiral is not None and m.is_in("connected", "recovering_media"):
-            spawn(self._recover_from_spiral(), "spiral-recovery")
-        if routing.conversation_ended:
-            spawn(self._endings.end("conversation_ended", ErrorCode.SERVER_ENDED), "end")
-
-    def _on_disconnect(self, link: ServerLink, reason: str) -> None:
-        if link is not self._slot.current:
-            return
-        decision = decide_disconnect(self.state, reason)
-        log.info("socket disconnected (%s) in %s: %s", reason, self.state, decision.action)
-        code = (
-            ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
-        )
-        if decision.action == "abort_connect" or self._machine.is_in("cold_reconnecting"):
-            link.handshake.fail(AvatarError(code, reason))
-        elif decision.action == "recover_socket":
-            self._supervisor.spawn(self._recovery.recover_socket(link, reason), "socket-recovery")
-        elif decision.action == "end":
-            self._supervisor.spawn(self._endings.end(reason, code), "end")
-
-    def _agent_restarting(self) -> None:
-        # A restarting agent drops user turns: hold them until it is back (showAgent), or
-        # for agent_timeout at most, then deliver them in order.
-        self._machine.set(agent_restarting=True)
-        self._agent_back = asyncio.get_running_loop().create_future()
-        self._supervisor.spawn(self._await_agent(self._agent_back), "agent-restart")
-
-    async def _await_agent(self, back: asyncio.Future[None]) -> None:
-        await asyncio.wait({back}, timeout=self.config.agent_timeout)
-        self._machine.set(agent_restarting=False)
-        await self._flush_held()
-
-    # -- recoveries -----------------------------------------------------------------------
     async def _after_recovery(self, outcome: Outcome) -> None:
-        """Every recovery ends here: fail, or deliver what waited (held and unconfirmed turns)."""
+        """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
         if not outcome.ok:
             assert outcome.error is not None
             await self._endings.fail(outcome.error, reason=outcome.end_reason)
             return
         if outcome.tier == "cold":
             self._guards.on_rebuilt()
-        if outcome.tier in ("socket", "cold") and self._ledger.unconfirmed():
-            through = self._ledger.last_seq
-            self._supervisor.spawn(self._confirm_or_resend(through, outcome.tier), "turn-confirm")
-            return
-        await self._flush_held()
+        self._supervisor.spawn(self._desk.after_recovery(outcome.tier), "turn-delivery")
 
-    async def _confirm_or_resend(self, through: int, tier: str) -> None:
-        """Wait ``turn_confirm_timeout`` for evidence that turns up to ``through`` arrived;
-        resend the rest exactly once (``turn_resent``), then deliver held turns."""
-        clock, ledger = self._clock, self._ledger
-        deadline = clock.monotonic() + self.config.turn_confirm_timeout
-        while any(t.seq <= through for t in ledger.unconfirmed()):
-            left = deadline - clock.monotonic()
-            if left <= 0:
-                break
-            self._evidence.clear()
-            evidence = asyncio.ensure_future(self._evidence.wait())
-            timer = asyncio.ensure_future(clock.sleep(left))
-            try:
-                await asyncio.wait({evidence, timer}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                evidence.cancel()
-                timer.cancel()
-        for turn in ledger.take_resends(through):
-            if not self._machine.is_in("connected", "recovering_media"):
-                break
-            await self._send_turn(turn.text, resend=True)
-            self._stats["turns_resent"] += 1
-            self._emit("turn_resent", {"text": turn.text, "tier": tier})
-        await self._flush_held()
-
-    async def _recover_from_spiral(self) -> None:
-        """The hard spiral limit tripped: rebuild on a brand-new socket (a re-join on the
-        live one is silently ignored by the server), then resend the abandoned turn once."""
-        if not self._machine.try_fire("session_lost"):
-            return
-        text = self._guards.last_turn_text
-        outcome = await self._recovery.recover_cold("tool_spiral_hard_limit")
-        if not (outcome.ok and self.config.recover_from_spiral and text):
-            return
-        if not self._machine.is_in("connected"):
-            return
-        self._guards.last_turn_text = None
-        self._ledger.confirm_all()  # the old server session had them; the resend replaces them
-        try:
-            # Exactly one emit, no barge-in marker: the new server session is idle.
-            await self._send(Out.TEXT_ENTERED, build_text_entered(SPIRAL_RECOVERY_PREFIX + text))
-        except AvatarError as error:
-            log.info("spiral resend failed: %s", error.code)
-            return
-        self._ledger.sent(SPIRAL_RECOVERY_PREFIX + text, resent=True)
-        self._guards.on_user_turn(None)
-        self._guards.last_turn_text = text
-        self._emit("spiral_recovered", {"text": text})
-
-    # -- brain guards and tools -----------------------------------------------------------
+    # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
         self, name: str, handler: Callable[..., Any], schema: dict[str, Any] | None = None
     ) -> Callable[[], None]:
         """Run ``handler(args, call)`` (sync or async) for each call of the client-side tool
-        ``name``; with a ``schema``, invalid arguments emit ``tool_call_invalid`` instead.
+        ``name``; with a ``schema`` (JSON Schema, checked here: an invalid one raises
+        ``invalid_argument``), invalid arguments emit ``tool_call_invalid`` instead.
         A non-None return value is reported as ``tool_call_result``. Returns unregister."""
         return self._guards.on_tool_call(name, handler, schema)
 
@@ -572,7 +323,7 @@ class AvatarSession(EventSource):
         """
         return await self._guards.respond_to_tool(self._genie, call_id, result)
 
-    # -- turns ----------------------------------------------------------------------------
+    # -- conversation ---------------------------------------------------------------------
     async def speak(self, text: str) -> None:
         """Send a user text turn (a barge-in marker first, as a real client does).
 
@@ -580,59 +331,7 @@ class AvatarSession(EventSource):
         if the session ends instead, this raises ``AvatarError``. A turn the server has not
         confirmed when a recovery happens is resent once (``turn_resent``).
         """
-        if not isinstance(text, str) or not text.strip():
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
-        text = clamp_text(text)
-        m = self._machine
-        usable = m.is_in("connected", "recovering_media") and not m.data.agent_restarting
-        if usable:
-            try:
-                await self._send_turn(text)
-                return
-            except AvatarError as error:
-                # The socket died under us and its recovery has not started yet: hold.
-                if error.code is not ErrorCode.TRANSPORT_CLOSED or m.terminal:
-                    raise
-        elif not m.is_in(
-            "reconnecting", "cold_reconnecting", "queued", "connected", "recovering_media"
-        ):
-            raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {self.state}")
-        if len(self._held) >= MAX_HELD_TURNS:
-            raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._held.append((text, fut))
-        await fut
-
-    async def _send_turn(self, text: str, *, resend: bool = False) -> None:
-        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
-        # Recorded before the send: the server's answer may be handled before it returns.
-        turn = self._ledger.sent(text, resent=resend)
-        try:
-            await self._send(Out.TEXT_ENTERED, build_text_entered(text))
-        except AvatarError:
-            self._ledger.forget(turn)  # never written: the caller holds or fails it
-            raise
-        self._guards.on_user_turn(text)
-        self._idle.touch()
-
-    async def _flush_held(self) -> None:
-        m = self._machine
-        while self._held and m.is_in("connected") and not m.data.agent_restarting:
-            text, fut = self._held.popleft()
-            try:
-                await self._send_turn(text)
-            except AvatarError as error:
-                if not fut.done():
-                    fut.set_exception(error)
-                continue
-            if not fut.done():
-                fut.set_result(None)
-
-    def _fail_held(self, error: AvatarError) -> None:
-        while self._held:
-            _, fut = self._held.popleft()
-            if not fut.done():
-                fut.set_exception(error)
+        await self._desk.speak(text)
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
@@ -665,15 +364,18 @@ class AvatarSession(EventSource):
             try:
                 await link.emit(event, build_empty())
             except AvatarError as error:
-                # Re-applied by every recovery tier from mic_enabled: nothing is lost.
+                # Every recovery tier re-applies mic_enabled: nothing is lost.
                 log.info("%s not sent (%s); the next recovery re-applies it", event, error.code)
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
         ``paused``; a cold reconnect pauses the new server session too."""
-        self._require_state("connected")
+        self._require_state("connected", "recovering_media")
         await self._send(Out.PAUSE_CONVERSATION, build_empty())
-        self._machine.fire("pause")
+        if not self._machine.try_fire("pause"):
+            # A recovery started while the pause went out: it returns to paused.
+            self._require_state("reconnecting", "cold_reconnecting", "recovering_media")
+            self._machine.set(user_paused=True)
 
     async def resume(self) -> None:
         """Resume a paused conversation.
@@ -691,8 +393,11 @@ class AvatarSession(EventSource):
             except AvatarError as error:
                 await self._endings.fail(error, reason="resume_failed")
                 raise
-        self._machine.fire("resume")
-        await self._flush_held()
+        if not self._machine.try_fire("resume"):
+            # A recovery started meanwhile: it returns to connected, not paused.
+            self._require_state("reconnecting", "cold_reconnecting")
+            self._machine.set(user_paused=False)
+        await self._desk.flush()
 
     def _require_state(self, *states: str) -> None:
         if not self._machine.is_in(*states):

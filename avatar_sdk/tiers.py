@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from tenacity import (
@@ -24,18 +23,21 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    wait_none,
 )
 
-from .besteffort import best_effort
 from .clock import Clock
 from .config import RetryPolicy, SessionConfig
 from .connector import Deadline
 from .errors import AvatarError, Category, ErrorCode
 from .link import LinkBuilder, ServerLink
-from .machine import ClockJumpDetector, SessionMachine
-from .transport.media import MediaLanes
-from .transport.quality import ByteMark, summarize
+from .machine import (
+    ClockJumpDetector,
+    SessionMachine,
+    capacity_delay,
+    decide_connect_failure,
+)
+from .media_tier import MediaTier
+from .outcome import LinkSlot, Outcome, record_recovery
 
 log = logging.getLogger("avatar_sdk.session")
 
@@ -50,25 +52,6 @@ MEDIA_TICK = 0.1
 
 Emit = Callable[[str, dict[str, Any]], None]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a recovery ended: usable again (``ok``), or failed with ``error``."""
-
-    tier: str
-    ok: bool
-    duration: float = 0.0
-    error: AvatarError | None = None
-    end_reason: str = "gave_up"
-
-
-class LinkSlot:
-    """The link of the moment (None while none is open). Shared by its owner, the session,
-    and the controller that replaces it on a cold reconnect."""
-
-    def __init__(self) -> None:
-        self.current: ServerLink | None = None
 
 
 class _Escalate(Exception):
@@ -108,7 +91,10 @@ class RecoveryController:
         self._spawn = spawn
         self._on_outcome = on_outcome
         self._stats = stats
-        self._media_tasks: dict[str, asyncio.Task[Any]] = {}
+        self.media = MediaTier(
+            machine=machine, config=config, clock=clock, slot=slot, emit=emit, spawn=spawn,
+            escalate=self.recover_cold, stats=stats,
+        )  # fmt: skip
         self._cold_spent = 0
         self._stable_since: float | None = None
 
@@ -121,13 +107,79 @@ class RecoveryController:
             self._machine.set(backing_off=False)
 
     def _record(self, tier: str, duration: float) -> None:
-        self._stats["reconnects"][tier] += 1
-        durations = self._stats["recovery_durations"][tier]
-        durations.append(duration)
-        del durations[:-100]
+        record_recovery(self._stats, tier, duration)
 
     def _note(self, error: AvatarError) -> None:
         self._machine.set(reason=str(error.code), category=str(error.category))
+
+    # -- admission: the first connect, queued while there is no capacity ------------------
+    async def admit(self, advance: Callable[[str], None]) -> None:
+        """The connect sequence, waiting in ``queued`` while the backend has no capacity
+        (``throwToNoAgent``); the whole wait is bounded by ``capacity_max_wait``. Each
+        attempt is a new link; ``advance`` moves the machine through the connect steps."""
+        cfg, clock, m = self._config, self._clock, self._machine
+        queued_since = clock.monotonic()
+
+        def over_budget(state: RetryCallState) -> bool:
+            waited = clock.monotonic() + (state.upcoming_sleep or 0.0) - queued_since
+            return waited > cfg.capacity_max_wait
+
+        async def queue(state: RetryCallState) -> None:
+            await self._release_link()
+            m.fire("capacity_unavailable")
+            m.set(reason="capacity_unavailable", category="capacity")
+            self._emit(
+                "queued", {"attempt": state.attempt_number, "retry_in": state.upcoming_sleep}
+            )
+
+        async def sleep(seconds: float) -> None:
+            m.set(backing_off=True)
+            await clock.sleep(seconds)
+            m.set(backing_off=False)
+            m.fire("retry")
+
+        def capacity(exc: BaseException) -> bool:
+            return isinstance(exc, AvatarError) and (
+                decide_connect_failure(exc.code) == "capacity_unavailable"
+            )
+
+        retrying = AsyncRetrying(
+            stop=over_budget,
+            wait=lambda state: capacity_delay(cfg.capacity_backoff, state.attempt_number),
+            retry=retry_if_exception(capacity),
+            before_sleep=queue,
+            sleep=sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self._join_new_link(Deadline(cfg.overall_connect_timeout), advance)
+        except AvatarError as error:
+            if capacity(error):
+                raise AvatarError(
+                    ErrorCode.CAPACITY_UNAVAILABLE,
+                    f"no capacity within capacity_max_wait={cfg.capacity_max_wait:g}s",
+                ) from None
+            raise
+
+    async def _join_new_link(self, deadline: Deadline, advance: Callable[[str], None]) -> None:
+        link = self._builder.create()
+        self._slot.current = link
+        await self._builder.join(
+            link,
+            deadline,
+            thread_id=self._thread_id(),
+            advance=advance,
+            after_join=self._restore,
+        )
+        if self._slot.current is not link:  # replaced or closed underneath us
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during connect")
+
+    async def _release_link(self) -> None:
+        link, self._slot.current = self._slot.current, None
+        if link is not None:
+            await link.close(self._config.close_timeout / 2)
 
     # -- tier 1: socket ---------------------------------------------------------------------
     async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
@@ -166,7 +218,8 @@ class RecoveryController:
                 return None
             return await self.recover_cold(f"socket recovery failed ({reason})")
         duration = clock.monotonic() - started
-        self._machine.fire("recovered")
+        if not self._machine.try_fire("recovered"):
+            return None  # the session ended meanwhile: nothing to report
         self._record("socket", duration)
         self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
         outcome = Outcome("socket", True, duration)
@@ -260,7 +313,9 @@ class RecoveryController:
             await self._on_outcome(outcome)
             return outcome
         duration = clock.monotonic() - started
-        self._machine.fire("cold_reconnected")
+        if not self._machine.try_fire("cold_reconnected"):
+            # The session ended meanwhile: no event for a transition that did not happen.
+            return Outcome("cold", False, error=AvatarError(ErrorCode.CLOSED, "ended"))
         self._stable_since = clock.monotonic()
         self._record("cold", duration)
         self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
@@ -288,113 +343,6 @@ class RecoveryController:
         except AvatarError as error:
             self._note(error)
             raise
-
-    # -- tier 2: media ----------------------------------------------------------------------
-    async def media_watchdog(self) -> None:
-        """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
-        uplink receiver reports overdue. Silence counts only from when that channel was
-        last usable; a channel under recovery is not judged."""
-        stall = self._config.media_stall_timeout
-        since: dict[str, float | None] = {"asr": None, "stv": None}
-        watched: MediaLanes | None = None
-        tick = 0
-        while not self._machine.terminal:
-            await self._clock.sleep(MEDIA_TICK)
-            tick += 1
-            link = self._slot.current
-            lanes = link.lanes if link is not None else None
-            if lanes is None or not self._machine.is_in("connected", "recovering_media"):
-                since = {"asr": None, "stv": None}
-                continue
-            if lanes is not watched:
-                watched, since = lanes, {"asr": None, "stv": None}
-                await lanes.poll_asr_reports()
-            elif tick % 3 == 0:
-                await lanes.poll_asr_reports()
-            now = self._clock.monotonic()
-            for channel in ("asr", "stv"):
-                if channel in self._media_tasks:
-                    since[channel] = None
-                    continue
-                start = since[channel]
-                if start is None:
-                    since[channel] = now
-                    continue
-                why = lanes.down_channels(now, stall, start).get(channel)
-                if why is not None and "receiver report" in why:
-                    # Never act on a stale reading: look at the peer's reports once more.
-                    await lanes.poll_asr_reports()
-                    why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
-                if why is not None:
-                    self._start_media_recovery(link, lanes, channel, why)
-
-    def _start_media_recovery(
-        self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str
-    ) -> None:
-        if link is None:
-            return
-        if self._machine.is_in("connected") and not self._machine.try_fire("media_down"):
-            return
-        if not self._machine.is_in("recovering_media"):
-            return
-        self._media_tasks[channel] = self._spawn(
-            self._recover_channel(link, lanes, channel, why), f"media-recovery-{channel}"
-        )
-
-    async def _recover_channel(
-        self, link: ServerLink, lanes: MediaLanes, channel: str, reason: str
-    ) -> None:
-        cfg = self._config
-        try:
-            started = self._clock.monotonic()
-            method = "renegotiate" if channel == "asr" else "whep_resubscribe"
-            retrying = AsyncRetrying(
-                stop=stop_after_attempt(max(1, cfg.max_media_recoveries)),
-                wait=wait_none(),
-                retry=retry_if_exception(
-                    lambda e: isinstance(e, AvatarError) and e.code not in _MEDIA_FINAL
-                ),
-                sleep=self._clock.sleep,
-                reraise=True,
-            )
-            try:
-                async for attempt in retrying:
-                    with attempt:
-                        started = self._clock.monotonic()
-                        self._emit(
-                            "media_recovering",
-                            {
-                                "channel": channel,
-                                "method": method,
-                                "attempt": attempt.retry_state.attempt_number,
-                                "reason": reason,
-                            },
-                        )
-                        recover = lanes.recover_asr if channel == "asr" else lanes.recover_stv
-                        method = await recover(link.emit, cfg.media_recovery_timeout)
-            except AvatarError as error:
-                await self._media_failed(channel, error)
-                return
-        finally:
-            if self._media_tasks.get(channel) is asyncio.current_task():
-                del self._media_tasks[channel]
-        duration = self._clock.monotonic() - started
-        if not self._machine.is_in("recovering_media") or lanes is not link.lanes:
-            return  # the socket tier or a cold rebuild took over meanwhile
-        if not self._media_tasks:
-            self._machine.fire("media_recovered")
-        self._record("media", duration)
-        self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
-
-    async def _media_failed(self, channel: str, error: AvatarError) -> None:
-        if not self._machine.is_in("recovering_media"):
-            return  # the socket dropped meanwhile: its tier decides, media is re-checked after
-        for other, task in list(self._media_tasks.items()):
-            if other != channel:
-                task.cancel()
-        self._note(error)
-        self._machine.fire("session_lost")
-        await self.recover_cold(f"media recovery failed ({error.code})")
 
     # -- socket liveness --------------------------------------------------------------------
     async def socket_watchdog(self) -> None:
@@ -435,26 +383,3 @@ class RecoveryController:
         if link is not None:
             link.channel.last_activity = 0.0  # the next watchdog tick probes at once
         self._emit("network_changed", {})
-
-    async def quality_loop(self, interval: float) -> None:
-        """Opt-in ``connection_quality`` events from both peers' ``getStats()``."""
-        marks: dict[str, tuple[object, ByteMark]] = {}
-        while True:
-            await self._clock.sleep(interval)
-            link = self._slot.current
-            lanes = link.lanes if link is not None else None
-            if lanes is None or not self._machine.is_in("connected"):
-                continue
-            for channel, peer in (("asr", lanes.asr), ("stv", lanes.stv)):
-                if peer is None or peer.pc.connectionState != "connected":
-                    continue
-                report = None
-                with best_effort(f"{channel} getStats", log):
-                    report = await peer.pc.getStats()
-                if report is None:
-                    continue
-                previous = marks.get(channel)
-                mark = previous[1] if previous is not None and previous[0] is peer else None
-                data, new_mark = summarize(channel, report.values(), mark, self._clock.monotonic())
-                marks[channel] = (peer, new_mark)
-                self._emit("connection_quality", data)
