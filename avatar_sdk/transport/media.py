@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import aiohttp
+from aiortc import RTCPeerConnection
 
 from ..besteffort import best_effort
 from ..config import SessionConfig
@@ -83,6 +84,7 @@ class MediaLanes:
         self.asr_cadence = ReportCadence(config.media_stall_timeout)
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
+        self._peer_down = asyncio.Event()
 
     @property
     def asr_report_at(self) -> float | None:
@@ -94,6 +96,7 @@ class MediaLanes:
         await emit(Out.ASR_WEBRTC_INIT, build_asr_init(socket_id))
         await wait(In.ASR_WEBRTC_READY)
         self.asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self._watch(self.asr.pc)
         sdp = await self.asr.create_offer()
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=False))
         answer = await wait(In.ASR_WEBRTC_ANSWER)
@@ -136,15 +139,40 @@ class MediaLanes:
         self._check_open()
         if self._http is None:
             self._http = aiohttp.ClientSession()
-        return StvDownlink(
+        link = StvDownlink(
             http=self._http,
             configuration=rtc_configuration(self._turn, relay_only=True),
             allow_private=self._allow_private,
             video=self._video,
             outputs=self._outputs,
         )
+        self._watch(link.pc)
+        return link
+
+    def _watch(self, pc: RTCPeerConnection) -> None:
+        def on_state() -> None:
+            if pc.connectionState in ("failed", "closed"):
+                self._peer_down.set()
+
+        pc.on("connectionstatechange", on_state)
 
     # -- liveness (facts for the machine) ------------------------------------------------------
+    async def wait_peer_down(self, timeout: float) -> bool:
+        """Sleep up to ``timeout``; return early (True) once a peer of these lanes went
+        ``failed`` or ``closed`` since the last call (aiortc's ``connectionstatechange``).
+
+        For a watchdog that would otherwise sleep a fixed tick: a peer that fails outright
+        is then looked at at once instead of up to one tick later. Closing a peer on
+        purpose (a recovery replacing it, ``close()``) wakes it too: harmless, the caller
+        re-reads :meth:`down_channels`.
+        """
+        try:
+            await asyncio.wait_for(self._peer_down.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._peer_down.clear()
+        return True
+
     async def poll_asr_reports(self) -> None:
         """Note when the server last sent an RTCP receiver report for our audio.
 
@@ -288,6 +316,7 @@ class MediaLanes:
         self._asr_report_key = None
         self._check_open()
         asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self._watch(asr.pc)
         self.asr = asr
         sdp = await asr.create_offer()
         if "a=candidate:" not in sdp:

@@ -110,6 +110,22 @@ async def test_uplink_recovery_is_verified_by_transport_and_rtp_not_the_first_re
         await session.close()
 
 
+async def test_the_lanes_wake_a_watchdog_when_a_peer_fails(staging: StagingServer) -> None:
+    """``wait_peer_down`` returns on aiortc's state change, not at the end of its tick."""
+    session = await _connected(staging)
+    try:
+        lanes = session.media
+        assert lanes is not None
+        assert await lanes.wait_peer_down(0.05) is False  # healthy: the full wait
+        waiter = asyncio.ensure_future(lanes.wait_peer_down(30.0))
+        await staging.faults.ice_failure("asr")
+        assert await asyncio.wait_for(waiter, 10.0) is True
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "asr"
+    finally:
+        await session.close()
+
+
 async def test_a_healthy_session_never_recovers_spuriously(staging: StagingServer) -> None:
     session = await _connected(staging)
     events: list[str] = []
