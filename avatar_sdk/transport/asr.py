@@ -132,14 +132,12 @@ class _PeerTrack(MediaStreamTrack):
     def __init__(self, uplink: UplinkTrack) -> None:
         super().__init__()
         self._uplink = uplink
-        self.pulls = 0
         #: Set each time the peer's sender asks for a frame. aiortc's sender asks for the
         #: next frame only once the previous one's RTP packets went out, so this is the
         #: moment to look at its ``packetsSent`` again (see AsrUplink.wait_sending).
         self.pulled = asyncio.Event()
 
     async def recv(self) -> av.AudioFrame:
-        self.pulls += 1
         self.pulled.set()
         if self.readyState != "live" or self._uplink.readyState != "live":
             raise MediaStreamError
