@@ -19,7 +19,7 @@ from .stats import FigureResult, Row, format_number
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results.json"
 
-_LABEL = 44
+_LABEL = 46
 _COLUMNS = (("n", 7), ("median", 15), ("p90", 11), ("max", 11), ("target", 14), ("verdict", 7))
 _WIDTH = _LABEL + sum(width + 1 for _, width in _COLUMNS)
 

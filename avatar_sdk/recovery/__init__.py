@@ -1,6 +1,8 @@
-"""Pure guard logic: the tool-spiral breaker and the brain-stall watchdog (no I/O)."""
+"""Pure guard logic: the tool-spiral breaker, the brain-stall watchdog and the uplink's
+receiver-report cadence (no I/O)."""
 
+from .cadence import ReportCadence
 from .spiral import SpiralBreaker, SpiralVerdict
 from .watchdogs import PendingResponse, StallWatchdog
 
-__all__ = ["PendingResponse", "SpiralBreaker", "SpiralVerdict", "StallWatchdog"]
+__all__ = ["PendingResponse", "ReportCadence", "SpiralBreaker", "SpiralVerdict", "StallWatchdog"]

@@ -9,7 +9,6 @@ continuous whatever the source does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fractions
 import logging
 import time
@@ -21,6 +20,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
+from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
 from .ice import apply_answer
@@ -132,8 +132,13 @@ class _PeerTrack(MediaStreamTrack):
     def __init__(self, uplink: UplinkTrack) -> None:
         super().__init__()
         self._uplink = uplink
+        #: Set each time the peer's sender asks for a frame. aiortc's sender asks for the
+        #: next frame only once the previous one's RTP packets went out, so this is the
+        #: moment to look at its ``packetsSent`` again (see AsrUplink.wait_sending).
+        self.pulled = asyncio.Event()
 
     async def recv(self) -> av.AudioFrame:
+        self.pulled.set()
         if self.readyState != "live" or self._uplink.readyState != "live":
             raise MediaStreamError
         return await self._uplink.produce()
@@ -145,7 +150,8 @@ class AsrUplink:
     def __init__(self, *, configuration: RTCConfiguration, track: UplinkTrack) -> None:
         self.track = track
         self.pc = RTCPeerConnection(configuration)
-        self.pc.addTransceiver(_PeerTrack(track), direction="sendonly")
+        self._peer_track = _PeerTrack(track)
+        self._transceiver = self.pc.addTransceiver(self._peer_track, direction="sendonly")
         self._connected = asyncio.Event()
         self.connected_at: float | None = None
         self._closed = False
@@ -199,9 +205,43 @@ class AsrUplink:
                 ErrorCode.ASR_FAILED, f"uplink not connected within {timeout:.3g}s"
             ) from None
 
+    async def packets_sent(self) -> int:
+        """RTP packets this peer's sender has sent (its public ``outbound-rtp`` stats)."""
+        report = await self._transceiver.sender.getStats()
+        return sum(
+            int(getattr(item, "packetsSent", 0) or 0)
+            for item in report.values()
+            if getattr(item, "type", None) == "outbound-rtp"
+        )
+
+    async def wait_sending(self, timeout: float) -> None:
+        """Until the sender has sent RTP on this peer (after :meth:`wait_connected`).
+
+        Woken by each frame the sender pulls from the track (no polling clock): the first
+        packet goes out a few ms after DTLS connects, and the sender pulls its next frame
+        right after sending it.
+        """
+        pulled = self._peer_track.pulled
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            pulled.clear()  # before reading the count: a pull meanwhile wakes us at once
+            if await self.packets_sent() > 0:
+                return
+            if self.pc.connectionState in ("failed", "closed"):
+                raise AvatarError(ErrorCode.ASR_FAILED, f"uplink {self.pc.connectionState}")
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise AvatarError(
+                    ErrorCode.ASR_FAILED, f"uplink connected but sent no RTP within {timeout:.3g}s"
+                )
+            try:
+                await asyncio.wait_for(pulled.wait(), left)
+            except TimeoutError:
+                continue
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(Exception):
+        with best_effort("closing the uplink peer", log):
             await asyncio.wait_for(self.pc.close(), 1.0)

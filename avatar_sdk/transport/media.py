@@ -8,15 +8,18 @@ received tracks) is passed in by the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 import aiohttp
+from aiortc import RTCPeerConnection
 
+from ..besteffort import best_effort
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
+from ..recovery.cadence import ReportCadence
 from ..wire import (
     AsrAnswer,
     AsrIceCandidate,
@@ -37,6 +40,10 @@ log = logging.getLogger(__name__)
 #: Reference gate constants (PROTOCOL.md §1.3): settle after the first frame, hard cap.
 GATE_SETTLE = 0.3
 GATE_CAP = 6.0
+
+#: A report's arrival is read from its stats timestamp (wall clock) and mapped onto the
+#: monotonic clock; a larger apparent age than this means the wall clock jumped.
+MAX_REPORT_AGE = 1.0
 
 Emit = Callable[[str, object], Awaitable[None]]
 WaitEvent = Callable[[str], Awaitable[InboundEvent]]
@@ -72,14 +79,24 @@ class MediaLanes:
         self.gate_capped = False
         self.stv_url: str | None = None
         self._expect: dict[str, asyncio.Future[InboundEvent]] = {}
-        self.asr_report_at: float | None = None  # last RTCP receiver report seen from the server
+        #: The uplink's receiver reports: last arrival on the current peer, and the deadline
+        #: that follows the cadence observed on this server (see recovery.cadence).
+        self.asr_cadence = ReportCadence(config.media_stall_timeout)
+        self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
+        self._peer_down = asyncio.Event()
+
+    @property
+    def asr_report_at(self) -> float | None:
+        """When the current uplink peer's last RTCP receiver report arrived (monotonic)."""
+        return self.asr_cadence.last_report
 
     async def start_asr(self, *, emit: Emit, wait: WaitEvent, socket_id: str) -> None:
         """PROTOCOL.md §1.2: init → ready → offer → answer, then ICE connected."""
         await emit(Out.ASR_WEBRTC_INIT, build_asr_init(socket_id))
         await wait(In.ASR_WEBRTC_READY)
         self.asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self._watch(self.asr.pc)
         sdp = await self.asr.create_offer()
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=False))
         answer = await wait(In.ASR_WEBRTC_ANSWER)
@@ -87,6 +104,7 @@ class MediaLanes:
             raise AvatarError(ErrorCode.ASR_FAILED, "unexpected answer event")
         await self.asr.accept_answer(answer.sdp)
         await self.asr.wait_connected(self._config.asr_timeout)
+        self.asr_cadence.start(self.asr.connected_at)
 
     async def start_stv(
         self, stv: StvNewSession | None, deadline_left: Callable[[], float]
@@ -121,34 +139,64 @@ class MediaLanes:
         self._check_open()
         if self._http is None:
             self._http = aiohttp.ClientSession()
-        return StvDownlink(
+        link = StvDownlink(
             http=self._http,
             configuration=rtc_configuration(self._turn, relay_only=True),
             allow_private=self._allow_private,
             video=self._video,
             outputs=self._outputs,
         )
+        self._watch(link.pc)
+        return link
+
+    def _watch(self, pc: RTCPeerConnection) -> None:
+        def on_state() -> None:
+            if pc.connectionState in ("failed", "closed"):
+                self._peer_down.set()
+
+        pc.on("connectionstatechange", on_state)
 
     # -- liveness (facts for the machine) ------------------------------------------------------
+    async def wait_peer_down(self, timeout: float) -> bool:
+        """Sleep up to ``timeout``; return early (True) once a peer of these lanes went
+        ``failed`` or ``closed`` since the last call (aiortc's ``connectionstatechange``).
+
+        For a watchdog that would otherwise sleep a fixed tick: a peer that fails outright
+        is then looked at at once instead of up to one tick later. Closing a peer on
+        purpose (a recovery replacing it, ``close()``) wakes it too: harmless, the caller
+        re-reads :meth:`down_channels`.
+        """
+        try:
+            await asyncio.wait_for(self._peer_down.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._peer_down.clear()
+        return True
+
     async def poll_asr_reports(self) -> None:
         """Note when the server last sent an RTCP receiver report for our audio.
 
         aiortc keeps a peer "connected" for ~30 s on a silently dead path; receiver reports
-        (every 0.5 to 1.5 s) stop at once, so their age is the fast signal for the uplink.
+        stop at once, so their age, against the cadence observed on this peer, is the fast
+        signal for the uplink. The arrival time is the report's own stats timestamp, not
+        the time of this poll, so the observed gaps are not blurred by the polling period.
         """
         asr = self.asr
         if asr is None or asr.pc.connectionState != "connected":
             return
         try:
             report = await asr.pc.getStats()
-        except Exception:
+        except Exception as exc:
+            log.debug("uplink stats unavailable: %s: %s", type(exc).__name__, exc)
             return
         for item in report.values():
             if getattr(item, "type", None) == "remote-inbound-rtp":
-                key = (getattr(item, "timestamp", None), getattr(item, "packetsReceived", None))
+                stamp = getattr(item, "timestamp", None)
+                key = (stamp, getattr(item, "packetsReceived", None))
                 if key != self._asr_report_key:
                     self._asr_report_key = key
-                    self.asr_report_at = time.monotonic()
+                    self.asr_cadence.observe(_arrival(stamp))
+                    self.asr_reports += 1
 
     def down_channels(
         self, now: float, stall_timeout: float, watching_since: float | None = None
@@ -167,12 +215,17 @@ class MediaLanes:
         asr = self.asr
         if asr is not None:
             state = asr.pc.connectionState
+            cadence = self.asr_cadence
+            cadence.floor = stall_timeout
             if state in ("failed", "closed"):
                 down["asr"] = f"asr peer {state}"
-            elif state == "connected":
-                silent = age(self.asr_report_at, asr.connected_at)
-                if silent is not None and silent > stall_timeout:
-                    down["asr"] = f"no receiver report for {silent:.1f}s"
+            elif state == "connected" and cadence.is_overdue(now, since=watching_since):
+                # No verdict before the peer's first report: only its state judges it then.
+                quiet = cadence.silence(now, since=watching_since) or 0.0
+                down["asr"] = (
+                    f"no receiver report for {quiet:.1f}s "
+                    f"(deadline {cadence.deadline() or 0.0:.1f}s)"
+                )
         stv = self.stv
         if stv is not None:
             state = stv.pc.connectionState
@@ -247,15 +300,23 @@ class MediaLanes:
 
     async def recover_asr(self, emit: Emit, timeout: float) -> str:
         """A fresh uplink peer renegotiated over the live socket (``is_reconnect: true``),
-        same track and mute state, verified by the server's first receiver report."""
+        same track and mute state.
+
+        Recovered once the new peer's ICE and DTLS are connected and its sender has sent
+        RTP: the server's first receiver report would come 0.5-1.5 s later (aiortc) or
+        several seconds later (other servers) and prove nothing more about the transport.
+        Reports stay the ongoing liveness signal (``down_channels``), from the new peer's
+        first one on.
+        """
         started = time.monotonic()
         old, self.asr = self.asr, None
         if old is not None:
             await old.close()
-        self.asr_report_at = None
+        self.asr_cadence.start()  # no report-based verdict until the new peer reports
         self._asr_report_key = None
         self._check_open()
         asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self._watch(asr.pc)
         self.asr = asr
         sdp = await asr.create_offer()
         if "a=candidate:" not in sdp:
@@ -273,14 +334,8 @@ class MediaLanes:
         # A peer stuck in new/checking is given up after ice_stuck_timeout, not the whole budget.
         left = max(0.05, timeout - (time.monotonic() - started))
         await asr.wait_connected(min(left, self._config.ice_stuck_timeout))
-        asr.connected_at = time.monotonic()
-        while self.asr_report_at is None:
-            if time.monotonic() - started > timeout:
-                raise AvatarError(
-                    ErrorCode.ASR_FAILED, "uplink reconnected but the server reports nothing"
-                )
-            await asyncio.sleep(0.05)
-            await self.poll_asr_reports()
+        self.asr_cadence.start(asr.connected_at)
+        await asr.wait_sending(max(0.05, timeout - (time.monotonic() - started)))
         return "renegotiate"
 
     def on_event(self, event: InboundEvent) -> None:
@@ -330,9 +385,19 @@ class MediaLanes:
         if asr is not None:
             jobs.append(asr.close())
         if jobs:
-            with contextlib.suppress(Exception):
+            with best_effort("closing the media peers", log):
                 await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), timeout + 0.2)
         if self._http is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("closing the WHEP HTTP session", log):
                 await self._http.close()
             self._http = None
+
+
+def _arrival(stamp: object) -> float:
+    """The monotonic time a stats entry was made, from its wall-clock ``timestamp``
+    (aiortc stamps ``remote-inbound-rtp`` when the report arrives); now if unknown."""
+    now = time.monotonic()
+    if not isinstance(stamp, datetime):
+        return now
+    age = time.time() - stamp.timestamp()
+    return now - min(max(age, 0.0), MAX_REPORT_AGE)

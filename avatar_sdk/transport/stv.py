@@ -9,7 +9,6 @@ reading ``session.avatar_video`` keeps reading across re-subscribes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import time
@@ -21,6 +20,7 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from .ice import apply_answer
 
@@ -200,7 +200,7 @@ class StvDownlink:
                             log.info("WHEP DELETE answered %s", resp.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.info("WHEP DELETE failed: %s", type(exc).__name__)
-        with contextlib.suppress(Exception):
+        with best_effort("closing the downlink peer", log):
             await asyncio.wait_for(self.pc.close(), timeout)
         for task in list(self._pumps):
             task.cancel()

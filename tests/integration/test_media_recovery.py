@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.media import ToneSource
@@ -25,6 +26,104 @@ async def _connected(staging: StagingServer, **kwargs: object) -> AvatarSession:
     )
     await session.connect()
     return session
+
+
+async def _until(condition: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(step)
+    return True
+
+
+async def test_the_uplink_deadline_follows_the_observed_report_cadence(
+    staging: StagingServer,
+) -> None:
+    """Regression (issue 8, defect 4): with ``media_stall_timeout=1.0`` a healthy uplink was
+    renegotiated every ~2 s, its receiver reports coming every 0.5-1.5 s (aiortc)."""
+    session = await _connected(staging, config=MEDIA.with_(media_stall_timeout=1.0))
+    recovering: list[dict[str, object]] = []
+    session.on("media_recovering", lambda e: recovering.append(dict(e.data)))
+    try:
+        lanes = session.media
+        assert lanes is not None
+        start = lanes.asr_reports
+        # Four more reports take ~2-6 s at aiortc's cadence; stop early on a recovery.
+        await _until(lambda: lanes.asr_reports - start >= 4 or bool(recovering), 12.0)
+        assert recovering == []
+        assert lanes.asr_reports - start >= 4
+        assert session.state == "connected"
+        assert staging.media.asr_stats(staging.live_sids[0]).offers == 1
+    finally:
+        await session.close()
+
+
+async def test_uplink_recovery_is_verified_by_transport_and_rtp_not_the_first_report(
+    staging: StagingServer,
+) -> None:
+    """Issue 8, defect 5: the uplink counts as recovered once the new peer is connected and
+    sending RTP, before the server's first receiver report (0.5-1.5 s after its receiver
+    starts); reports stay the ongoing liveness signal."""
+    session = await _connected(staging)
+    order: list[tuple[str, object]] = []
+    at_recovered: dict[str, object] = {}
+
+    def on_recovered(event: object) -> None:
+        lanes = session.media
+        asr = lanes.asr if lanes is not None else None
+        at_recovered.update(
+            at=time.monotonic(),
+            state=asr.pc.connectionState if asr is not None else None,
+            report_at=lanes.asr_report_at if lanes is not None else "no lanes",
+        )
+
+    for name in ("media_recovering", "media_recovered", "reconnecting"):
+        session.on(name, lambda e: order.append((e.name, e.data.get("channel"))))
+    session.on("media_recovered", on_recovered)
+    try:
+        lanes = session.media
+        assert lanes is not None
+        old_peer = lanes.asr
+        sid = staging.live_sids[0]
+        await staging.faults.ice_failure("asr")
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "asr" and ev.data["method"] == "renegotiate"
+        assert order == [("media_recovering", "asr"), ("media_recovered", "asr")]
+        assert lanes.asr is not None and lanes.asr is not old_peer
+        # Verified on the transport, before any receiver report of the new peer.
+        assert at_recovered["state"] == "connected"
+        assert at_recovered["report_at"] is None
+        assert 0 < ev.data["duration"] < MEDIA.media_recovery_timeout
+        # Audio reaches the server on the new peer...
+        frames = staging.media.asr_stats(sid).frames
+        assert await _until(lambda: staging.media.asr_stats(sid).frames > frames + 10, 5.0)
+        # ... and its receiver reports, the ongoing liveness signal, come after the verdict.
+        reports = lanes.asr_reports
+        assert await _until(lambda: lanes.asr_reports > reports, 5.0)
+        assert lanes.asr_report_at is not None
+        assert lanes.asr_report_at > at_recovered["at"]  # type: ignore[operator]
+        assert order == [("media_recovering", "asr"), ("media_recovered", "asr")]
+        assert session.state == "connected"
+    finally:
+        await session.close()
+
+
+async def test_the_lanes_wake_a_watchdog_when_a_peer_fails(staging: StagingServer) -> None:
+    """``wait_peer_down`` returns on aiortc's state change, not at the end of its tick."""
+    session = await _connected(staging)
+    try:
+        lanes = session.media
+        assert lanes is not None
+        assert await lanes.wait_peer_down(0.05) is False  # healthy: the full wait
+        waiter = asyncio.ensure_future(lanes.wait_peer_down(30.0))
+        await staging.faults.ice_failure("asr")
+        assert await asyncio.wait_for(waiter, 10.0) is True
+        ev = await session.wait_for("media_recovered", 8)
+        assert ev.data["channel"] == "asr"
+    finally:
+        await session.close()
 
 
 async def test_a_healthy_session_never_recovers_spuriously(staging: StagingServer) -> None:
@@ -111,11 +210,18 @@ async def test_silently_dead_uplink_is_detected_by_missing_receiver_reports(
 ) -> None:
     session = await _connected(staging)
     try:
+        lanes = session.media
+        assert lanes is not None
+        # Before the peer's first report only its transport state could judge it.
+        assert await _until(lambda: lanes.asr_cadence.deadline() is not None, 5.0)
         started = time.monotonic()
         await staging.faults.ice_failure("asr", mode="blackhole")
-        recovering = await session.wait_for("media_recovering", 8)
+        deadline = lanes.asr_cadence.deadline()  # no report after the blackhole: final
+        assert deadline is not None and deadline >= MEDIA.media_stall_timeout
+        recovering = await session.wait_for("media_recovering", deadline + 3.0)
         assert recovering.data["channel"] == "asr"
-        assert time.monotonic() - started < MEDIA.media_stall_timeout + 1.5
+        assert "receiver report" in recovering.data["reason"]
+        assert time.monotonic() - started < deadline + 1.5
         ev = await session.wait_for("media_recovered", 8)
         assert ev.data["channel"] == "asr"
     finally:
