@@ -64,14 +64,15 @@ class MediaTier:
 
     async def watchdog(self) -> None:
         """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
-        uplink receiver reports overdue. Silence counts only from when that channel was
+        uplink receiver reports overdue against the cadence observed on that peer (never
+        less than ``media_stall_timeout``). Silence counts only from when that channel was
         last usable; a channel under recovery is not judged."""
         stall = self._config.media_stall_timeout
         since: dict[str, float | None] = {"asr": None, "stv": None}
         watched: MediaLanes | None = None
         tick = 0
         while not self._machine.terminal:
-            await self._clock.sleep(MEDIA_TICK)
+            await self._tick(watched)
             tick += 1
             link = self._slot.current
             lanes = link.lanes if link is not None else None
@@ -99,6 +100,23 @@ class MediaTier:
                     why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
                 if why is not None:
                     self._start_media_recovery(link, lanes, channel, why)
+
+    async def _tick(self, lanes: MediaLanes | None) -> None:
+        """One tick of the clock, cut short when a peer of ``lanes`` fails outright
+        (aiortc's state event), so a dead peer is looked at at once."""
+        if lanes is None:
+            await self._clock.sleep(MEDIA_TICK)
+            return
+        waits = {
+            asyncio.ensure_future(self._clock.sleep(MEDIA_TICK)),
+            asyncio.ensure_future(lanes.wait_peer_down(MEDIA_TICK)),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def _start_media_recovery(
         self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str

@@ -377,3 +377,53 @@ async def test_stuck_uplink_recovery_is_bounded_by_ice_stuck_timeout(
     finally:
         staging.faults.clear()
         await session.close()
+
+
+async def test_a_busy_uplink_recovery_never_delays_the_downlinks_escalation(
+    staging: StagingServer,
+) -> None:
+    """Issue 8 defect 4: each channel is watched and recovered on its own. The uplink's
+    recovery hangs (no answer) for up to 30 s; meanwhile the downlink dies and its WHEP
+    re-subscribe answers 404 twice: the session goes cold at once, not after the uplink."""
+    session = await _connected(
+        staging, config=MEDIA.with_(media_recovery_timeout=30.0, ice_stuck_timeout=30.0)
+    )
+    try:
+        uplink_recovering = session.expect(
+            "media_recovering", lambda e: e.data["channel"] == "asr", 5
+        )
+        staging.faults.stuck_ice("asr", mode="no_answer")
+        await staging.faults.ice_failure("asr")
+        await uplink_recovering
+        going_cold = session.expect("reconnecting", lambda e: e.data["tier"] == "cold", 10)
+        staging.faults.whep_404(times=2)  # the re-subscribe and its retry: session gone
+        started = time.monotonic()
+        await staging.faults.ice_failure("stv")
+        event = await going_cold
+        assert time.monotonic() - started < 10  # bounded by the downlink, not the uplink
+        assert "session_gone" in event.data["reason"]
+        staging.faults.clear()  # the rebuilt session's peers connect normally
+        await session.wait_for("reconnected", 15, lambda e: e.data["tier"] == "cold")
+        assert session.state == "connected"
+    finally:
+        await session.close()
+
+
+async def test_a_dying_watchdog_fails_the_session_loudly(
+    staging: StagingServer, monkeypatch: object
+) -> None:
+    """Issue 8 defect 6: a supervised task that dies is never a silent zombie: the
+    session fails with the classified ``internal`` code instead of staying 'connected'."""
+    session = await _connected(staging)
+    lanes = session.media
+    assert lanes is not None
+
+    def broken(*args: object, **kwargs: object) -> dict[str, str]:
+        raise RuntimeError("a bug in the watchdog's arithmetic")
+
+    ended = session.expect("ended", timeout=5)
+    lanes.down_channels = broken  # type: ignore[method-assign]
+    event = await ended
+    assert event.data["code"] == "internal"
+    assert session.state == "failed"
+    assert session.health().upstream == "failed"

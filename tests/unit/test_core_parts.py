@@ -254,3 +254,13 @@ async def test_fake_clock_wakes_sleepers_in_order(clock_start: float) -> None:
     await clock.advance(1.0)
     await asyncio.gather(*tasks)
     assert woke == [1.0, 2.0, 3.0]
+
+
+async def test_a_refused_transition_emits_nothing() -> None:
+    """A socket drop reported while the session is already ending: no reconnecting, no
+    reconnected, nothing; the machine refused the transition."""
+    controller, machine, _, _, events = _controller(POLICY)
+    machine.fire("end")
+    assert await controller.recover_socket(_FakeLink(), "transport close") is None  # type: ignore[arg-type]
+    assert events == []
+    assert machine.state == "disconnecting"
