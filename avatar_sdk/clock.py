@@ -12,7 +12,8 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -85,3 +86,15 @@ class FakeClock:
         self._now = target
         for _ in range(5):
             await asyncio.sleep(0)
+
+
+async def sleep_or(clock: Clock, seconds: float, wake: Awaitable[Any]) -> None:
+    """Sleep ``seconds`` on ``clock``, cut short when ``wake`` finishes first (an event, a
+    peer going down); whichever is left is cancelled and awaited, so nothing leaks."""
+    waits = {asyncio.ensure_future(clock.sleep(seconds)), asyncio.ensure_future(wake)}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

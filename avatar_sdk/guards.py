@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .clock import SYSTEM_CLOCK, Clock, sleep_or
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .recovery import PendingResponse, SpiralBreaker, StallWatchdog
@@ -72,8 +72,16 @@ def call_payload(call: ToolCall, speech_id: str | None = None) -> dict[str, Any]
 class ConversationGuards:
     """Guard state and tool dispatch of one conversation."""
 
-    def __init__(self, config: SessionConfig, emit: Emit, *, hard_tier: bool = True) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        emit: Emit,
+        *,
+        hard_tier: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._emit = emit
+        self._clock = clock
         self.config = config
         hard = config.effective_hard_tool_spiral_limit if hard_tier else 0
         self.breaker = SpiralBreaker(config.tool_spiral_limit, hard)
@@ -168,7 +176,7 @@ class ConversationGuards:
 
     # -- watchdog --------------------------------------------------------------------------
     def _arm_watchdog(self) -> None:
-        self.watchdog.arm(time.monotonic())
+        self.watchdog.arm(self._clock.monotonic())
         self._changed.set()
 
     def _clear_watchdog(self) -> None:
@@ -186,12 +194,11 @@ class ConversationGuards:
             if deadline is None:
                 await self._changed.wait()
                 continue
-            delay = deadline - time.monotonic()
+            delay = deadline - self._clock.monotonic()
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), delay)
+                await sleep_or(self._clock, delay, self._changed.wait())
                 continue
-            now = time.monotonic()
+            now = self._clock.monotonic()
             if dog.due(now):
                 count = dog.fire(now)
                 if live():
@@ -221,7 +228,7 @@ class ConversationGuards:
     def _dispatch(self, call: ToolCall, speech_id: str | None) -> None:
         payload = call_payload(call, speech_id)
         if call.wait_for_response and call.call_id:
-            self.acks.add(call.call_id, call.name, time.monotonic())
+            self.acks.add(call.call_id, call.name, self._clock.monotonic())
         entries = self._handlers.get(call.name, [])
         for _, schema in entries:
             if schema is not None:
@@ -265,7 +272,7 @@ class ConversationGuards:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "call_id must be a non-empty string")
         if not isinstance(result, dict):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "result must be a dict")
-        ack = self.acks.take(call_id, time.monotonic())
+        ack = self.acks.take(call_id, self._clock.monotonic())
         if ack is None:
             return {"ok": False, "reason": "unknown_or_stale"}
         if genie is None:

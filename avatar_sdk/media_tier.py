@@ -17,7 +17,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_none
 
 from .besteffort import best_effort
-from .clock import Clock
+from .clock import Clock, sleep_or
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .link import ServerLink
@@ -107,16 +107,7 @@ class MediaTier:
         if lanes is None:
             await self._clock.sleep(MEDIA_TICK)
             return
-        waits = {
-            asyncio.ensure_future(self._clock.sleep(MEDIA_TICK)),
-            asyncio.ensure_future(lanes.wait_peer_down(MEDIA_TICK)),
-        }
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        await sleep_or(self._clock, MEDIA_TICK, lanes.wait_peer_down(MEDIA_TICK))
 
     def _start_media_recovery(
         self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str

@@ -111,7 +111,7 @@ class AvatarSession(EventSource):
             media=spec if self._media else None,
             counters=self._stats,
         )
-        self._guards = ConversationGuards(cfg, self._emit)
+        self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
         self._genie = GenieClient(genie, token) if genie else None
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .clock import Clock
+from .clock import Clock, sleep_or
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
@@ -130,13 +130,7 @@ class TurnDesk:
             if left <= 0:
                 break
             self._evidence.clear()
-            evidence = asyncio.ensure_future(self._evidence.wait())
-            timer = asyncio.ensure_future(clock.sleep(left))
-            try:
-                await asyncio.wait({evidence, timer}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                evidence.cancel()
-                timer.cancel()
+            await sleep_or(clock, left, self._evidence.wait())
         for turn in ledger.take_resends(through):
             if not self._machine.is_in(*_USABLE):
                 break

@@ -264,3 +264,35 @@ async def test_a_refused_transition_emits_nothing() -> None:
     assert await controller.recover_socket(_FakeLink(), "transport close") is None  # type: ignore[arg-type]
     assert events == []
     assert machine.state == "disconnecting"
+
+
+# -- the brain-stall watchdog, under a fake clock -------------------------------------------
+
+
+async def test_brain_stall_watchdog_repeats_on_the_injected_clock_until_output() -> None:
+    from avatar_sdk.guards import ConversationGuards
+    from avatar_sdk.wire import StvStartedTalking
+
+    clock = FakeClock()
+    events: list[tuple[str, dict[str, Any]]] = []
+    guards = ConversationGuards(
+        SessionConfig(brain_stall_timeout=12.0),
+        lambda name, data: events.append((name, data)),
+        clock=clock,
+    )
+    runner = asyncio.ensure_future(guards.run_watchdog(lambda: True))
+    try:
+        guards.on_user_turn("hello?")
+        await clock.advance(11.9)
+        assert [n for n, _ in events] == ["response_pending"]
+        await clock.advance(0.2)
+        await clock.advance(12.0)
+        stalls = [d for n, d in events if n == "brain_stalled"]
+        assert stalls == [{"after": 12.0, "count": 1}, {"after": 12.0, "count": 2}]
+        guards.observe(StvStartedTalking())  # the avatar talks: perceivable output
+        await clock.advance(60.0)
+        assert len([n for n, _ in events if n == "brain_stalled"]) == 2
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await guards.aclose()
