@@ -12,8 +12,12 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections.abc import Awaitable
+from collections.abc import Callable
 from typing import Any, Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
 
 
 class Clock(Protocol):
@@ -22,6 +26,7 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
     def wall(self) -> float: ...
     async def sleep(self, seconds: float) -> None: ...
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> Timer: ...
 
 
 class SystemClock:
@@ -36,8 +41,22 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_later(max(0.0, seconds), callback)
+
 
 SYSTEM_CLOCK = SystemClock()
+
+
+class _FakeTimer:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 class FakeClock:
@@ -46,7 +65,7 @@ class FakeClock:
     def __init__(self, start: float = 1000.0) -> None:
         self._now = start
         self._wall_offset = 1_700_000_000.0
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._timers: list[tuple[float, int, _FakeTimer]] = []
         self._order = itertools.count()
 
     def monotonic(self) -> float:
@@ -59,28 +78,36 @@ class FakeClock:
         """Move the wall clock alone (a host that slept: monotonic time stood still)."""
         self._wall_offset += seconds
 
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> Timer:
+        timer = _FakeTimer(callback)
+        heapq.heappush(self._timers, (self._now + max(0.0, seconds), next(self._order), timer))
+        return timer
+
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             await asyncio.sleep(0)  # a zero wait yields, like asyncio.sleep(0)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._now + max(0.0, seconds), next(self._order), fut))
-        await fut
+        timer = self.call_later(seconds, lambda: _resolve(fut))
+        try:
+            await fut
+        finally:
+            timer.cancel()
 
     @property
     def sleepers(self) -> int:
-        """Tasks currently sleeping on this clock."""
-        return sum(1 for _, _, f in self._sleepers if not f.done())
+        """Timers still due on this clock."""
+        return sum(1 for _, _, t in self._timers if not t.cancelled)
 
     async def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``, waking every sleeper due on the way, in order,
-        and letting each woken task run before time moves on."""
+        """Move time forward by ``seconds``, firing every timer due on the way, in order,
+        and letting the woken tasks run before time moves on."""
         target = self._now + seconds
-        while self._sleepers and self._sleepers[0][0] <= target:
-            when, _, fut = heapq.heappop(self._sleepers)
+        while self._timers and self._timers[0][0] <= target:
+            when, _, timer = heapq.heappop(self._timers)
             self._now = max(self._now, when)
-            if not fut.done():
-                fut.set_result(None)
+            if not timer.cancelled:
+                timer.callback()
             for _ in range(5):
                 await asyncio.sleep(0)
         self._now = target
@@ -88,13 +115,22 @@ class FakeClock:
             await asyncio.sleep(0)
 
 
-async def sleep_or(clock: Clock, seconds: float, wake: Awaitable[Any]) -> None:
-    """Sleep ``seconds`` on ``clock``, cut short when ``wake`` finishes first (an event, a
-    peer going down); whichever is left is cancelled and awaited, so nothing leaks."""
-    waits = {asyncio.ensure_future(clock.sleep(seconds)), asyncio.ensure_future(wake)}
+async def sleep_or(clock: Clock, seconds: float, wake: asyncio.Event) -> None:
+    """Sleep ``seconds`` on ``clock``, cut short when ``wake`` is set (a changed deadline,
+    a peer going down). The timer is a clock callback, not a task; only the event's wait
+    runs as one, cancelled and awaited before returning, so nothing leaks."""
+    timer_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    timer = clock.call_later(seconds, lambda: _resolve(timer_done))
+    woken = asyncio.ensure_future(wake.wait())
+    waits: set[asyncio.Future[Any]] = {timer_done, woken}
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for wait in waits:
-            wait.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+        timer.cancel()
+        woken.cancel()
+        await asyncio.gather(woken, return_exceptions=True)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -196,7 +196,7 @@ class ConversationGuards:
                 continue
             delay = deadline - self._clock.monotonic()
             if delay > 0:
-                await sleep_or(self._clock, delay, self._changed.wait())
+                await sleep_or(self._clock, delay, self._changed)
                 continue
             now = self._clock.monotonic()
             if dog.due(now):

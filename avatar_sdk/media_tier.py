@@ -107,7 +107,8 @@ class MediaTier:
         if lanes is None:
             await self._clock.sleep(MEDIA_TICK)
             return
-        await sleep_or(self._clock, MEDIA_TICK, lanes.wait_peer_down(MEDIA_TICK))
+        await sleep_or(self._clock, MEDIA_TICK, lanes.peer_down)
+        lanes.peer_down.clear()
 
     def _start_media_recovery(
         self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str

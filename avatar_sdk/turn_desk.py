@@ -130,7 +130,7 @@ class TurnDesk:
             if left <= 0:
                 break
             self._evidence.clear()
-            await sleep_or(clock, left, self._evidence.wait())
+            await sleep_or(clock, left, self._evidence)
         for turn in ledger.take_resends(through):
             if not self._machine.is_in(*_USABLE):
                 break

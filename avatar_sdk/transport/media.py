@@ -84,7 +84,7 @@ class MediaLanes:
         self.asr_cadence = ReportCadence(config.media_stall_timeout)
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
-        self._peer_down = asyncio.Event()
+        self.peer_down = asyncio.Event()
 
     @property
     def asr_report_at(self) -> float | None:
@@ -152,7 +152,7 @@ class MediaLanes:
     def _watch(self, pc: RTCPeerConnection) -> None:
         def on_state() -> None:
             if pc.connectionState in ("failed", "closed"):
-                self._peer_down.set()
+                self.peer_down.set()
 
         pc.on("connectionstatechange", on_state)
 
@@ -167,10 +167,10 @@ class MediaLanes:
         re-reads :meth:`down_channels`.
         """
         try:
-            await asyncio.wait_for(self._peer_down.wait(), timeout)
+            await asyncio.wait_for(self.peer_down.wait(), timeout)
         except TimeoutError:
             return False
-        self._peer_down.clear()
+        self.peer_down.clear()
         return True
 
     async def poll_asr_reports(self) -> None:
