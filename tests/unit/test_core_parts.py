@@ -10,12 +10,13 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.clock import FakeClock
+from avatar_sdk.guards import ConversationGuards
 from avatar_sdk.machine import SessionMachine
 from avatar_sdk.router import route
 from avatar_sdk.supervisor import Supervisor
 from avatar_sdk.tiers import LinkSlot, Outcome, RecoveryController
 from avatar_sdk.turns import TurnLedger
-from avatar_sdk.wire import In, make_speech_id, parse_event
+from avatar_sdk.wire import In, StvStartedTalking, make_speech_id, parse_event
 
 # -- turn ledger ----------------------------------------------------------------------------
 
@@ -270,9 +271,6 @@ async def test_a_refused_transition_emits_nothing() -> None:
 
 
 async def test_brain_stall_watchdog_repeats_on_the_injected_clock_until_output() -> None:
-    from avatar_sdk.guards import ConversationGuards
-    from avatar_sdk.wire import StvStartedTalking
-
     clock = FakeClock()
     events: list[tuple[str, dict[str, Any]]] = []
     guards = ConversationGuards(
