@@ -9,7 +9,6 @@ continuous whatever the source does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fractions
 import logging
 import time
@@ -23,7 +22,7 @@ from aiortc.sdp import candidate_from_sdp
 
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
-from .ice import apply_answer
+from .ice import apply_answer, close_peer, set_local_description
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +167,7 @@ class AsrUplink:
     async def create_offer(self) -> str:
         """Local offer SDP (aiortc gathers its candidates into it)."""
         offer = await self.pc.createOffer()
-        await self.pc.setLocalDescription(offer)
+        await set_local_description(self.pc, offer)
         return str(self.pc.localDescription.sdp)
 
     async def accept_answer(self, sdp: str) -> None:
@@ -199,9 +198,9 @@ class AsrUplink:
                 ErrorCode.ASR_FAILED, f"uplink not connected within {timeout:.3g}s"
             ) from None
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 1.0) -> None:
+        """Close the peer and every UDP socket it bound, within ``timeout`` seconds."""
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.pc.close(), 1.0)
+        await close_peer(self.pc, timeout)

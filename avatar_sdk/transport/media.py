@@ -8,13 +8,13 @@ received tracks) is passed in by the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 
+from ..besteffort import best_effort
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..wire import (
@@ -328,11 +328,12 @@ class MediaLanes:
         if stv is not None:
             jobs.append(stv.close(timeout))
         if asr is not None:
-            jobs.append(asr.close())
+            jobs.append(asr.close(timeout))
         if jobs:
-            with contextlib.suppress(Exception):
+            # Each close is bounded and leaves no socket; this bound only caps the total.
+            with best_effort("closing the media peers", log):
                 await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), timeout + 0.2)
         if self._http is not None:
-            with contextlib.suppress(Exception):
+            with best_effort("closing the WHEP HTTP session", log):
                 await self._http.close()
             self._http = None
