@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import copy
 import inspect
 import logging
@@ -43,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .besteffort import best_effort
 from .leases import (
     LEASE_DIR_ENV,
     ThreadLease,
@@ -270,7 +270,7 @@ class CompletionSignal:
                 outcome = GenieOutcome(False, "network_error")
             finally:
                 if detached:
-                    with contextlib.suppress(Exception):
+                    with best_effort("closing the exit hook's HTTP session", log):
                         await genie.close()
         except BaseException:
             self._state, self._inflight = "open", None
@@ -467,7 +467,7 @@ class ShutdownHooks:
         """Restore the dispositions found at install time."""
         loop, installed, self._installed = self._loop, self._installed, []
         for item in reversed(installed):
-            with contextlib.suppress(Exception):
+            with best_effort(f"restoring the disposition of signal {item.sig}", log):
                 if loop is not None and not loop.is_closed():
                     loop.remove_signal_handler(item.sig)
                 handle = item.previous_loop_handle
@@ -505,7 +505,7 @@ class ShutdownHooks:
     def _redeliver(self, sig: int) -> None:
         self.uninstall()
         for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
+            with best_effort("flushing stdout/stderr before the signal", log):
                 stream.flush()
         signal.raise_signal(sig)
 
@@ -545,7 +545,7 @@ class ShutdownHooks:
             results.extend(r for r in done if isinstance(r, dict))
 
         def worker() -> None:
-            with contextlib.suppress(Exception):
+            with best_effort("sending the pending completions at exit", log):
                 asyncio.run(asyncio.wait_for(run_all(), bound))
 
         thread = threading.Thread(target=worker, name="avatar-sdk-exit", daemon=True)
