@@ -118,7 +118,7 @@ class Endings:
         self.bus.emit("ended", payload)
         await self.bus.aclose()
         if self.journal is not None:
-            self.journal.close()
+            await self.journal.aclose()
 
     async def _signal_completion(self, reason: str) -> None:
         """``session_completed``: at most one POST per session, within ``close_timeout``

@@ -4,16 +4,29 @@ conversation thread. ``session_completed`` must not fire while another holder is
 One lock file per holder, kept open with an exclusive ``fcntl.flock`` for as long as the
 lease is held; a file that can be locked belongs to a dead process (its lock died with it),
 so a crashed holder never blocks anyone.
+
+Who holds what *in this process* is plain memory, updated at once by every call. The lock
+files (create, unlink, probe) are disk I/O, and leases are taken and dropped from socket
+event handlers: called on a running event loop, :meth:`ThreadLease.acquire` and
+:meth:`ThreadLease.release` only queue their file work to one ordered I/O thread per
+process and return (:meth:`ThreadLease.settled` waits for it). Without a running loop they
+wait for it, as before. One thread and one queue keep every file operation of the process
+in call order, so a holder's own unlink always happens before its own count of the others
+(:meth:`ThreadLeases.others_alive_async`): of two holders finishing together, at least one
+still sees none and sends, in this process or across processes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import hashlib
 import json
 import logging
 import os
+import queue
 import secrets
 import stat
 import sys
@@ -21,14 +34,17 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 if sys.platform != "win32":
     import fcntl
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Environment variable overriding the lease directory.
 LEASE_DIR_ENV: Final = "AVATAR_SDK_LEASE_DIR"
@@ -39,10 +55,104 @@ _TMP_MAX_AGE: Final = 60.0
 _HASH_CHARS: Final = 32
 
 # ---------------------------------------------------------------------------------------------
+# The lease I/O thread
+# ---------------------------------------------------------------------------------------------
+
+_Job = tuple[Callable[[], object], "concurrent.futures.Future[object]"]
+
+
+class _LeaseIO:
+    """One daemon thread running every lock-file operation of the process, in call order.
+
+    Daemon: at exit a queued unlink may never run, which is fine by design (the lock dies
+    with the process, and the next prober removes the file).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _started(self) -> bool:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="avatar-sdk-leases", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # no new threads (interpreter shutdown)
+                    return False
+                self._thread = thread
+            return True
+
+    def in_worker(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, job: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Queue ``job`` after every job queued before it (run here if no thread can)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        if self.in_worker() or not self._started():
+            _run_job(job, future)
+        else:
+            self._jobs.put((job, future))  # type: ignore[arg-type]
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            _run_job(job, future)
+
+
+def _run_job(job: Callable[[], T], future: concurrent.futures.Future[T]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(job())
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
+_io = _LeaseIO()
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _log_failure(future: concurrent.futures.Future[object]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("thread lease file operation failed: %r", future.exception())
+
+
+def _file_work(job: Callable[[], object]) -> None:
+    """Run ``job`` in order with the other lease file work: queued and not waited for on a
+    running event loop (the loop never waits for the disk), waited for otherwise."""
+    future = _io.submit(job)
+    if _on_loop():
+        future.add_done_callback(_log_failure)
+    else:
+        future.result()
+
+
+def _file_result(job: Callable[[], T]) -> T:
+    """Run ``job`` in order with the other lease file work and wait for its result."""
+    return _io.submit(job).result()
+
+
+async def _file_result_async(job: Callable[[], T]) -> T:
+    """Run ``job`` in order with the other lease file work, awaiting its result."""
+    return await asyncio.wrap_future(_io.submit(job))
+
+
+# ---------------------------------------------------------------------------------------------
 # Thread leases
 # ---------------------------------------------------------------------------------------------
 
-_registry_lock = threading.Lock()
+#: Reentrant: a holder's finalizer may run (garbage collection) while this thread holds it.
+_registry_lock = threading.RLock()
 #: thread id -> tokens of the live holders in this process.
 _local_holders: dict[str, set[str]] = {}
 #: every live holder of this process by token (their files are never probed by flock).
@@ -79,14 +189,19 @@ def _private_dir(path: Path) -> bool:
 
 @dataclass
 class _Held:
-    """The releasable part of a lease (kept apart so a finalizer can release it)."""
+    """The releasable part of a lease (kept apart so a finalizer can release it).
+
+    ``thread_id`` is this process's bookkeeping (changed by the caller at once); ``fd`` and
+    ``path`` are the lock file, only touched by lease file work (:func:`_file_work`).
+    """
 
     token: str
     thread_id: str | None = None
     fd: int | None = None
     path: str | None = None
 
-    def release(self) -> None:
+    def forget(self) -> None:
+        """Stop counting this holder in this process (no I/O)."""
         with _registry_lock:
             if self.thread_id is not None:
                 holders = _local_holders.get(self.thread_id)
@@ -95,6 +210,14 @@ class _Held:
                     if not holders:
                         del _local_holders[self.thread_id]
             self.thread_id = None
+
+    def release(self) -> None:
+        """Forget now; the lock file goes with the file work (see :func:`_file_work`)."""
+        self.forget()
+        _file_work(self.drop_file)
+
+    def drop_file(self) -> None:
+        """Unlink and close this holder's lock file, if any (lease file work)."""
         fd, path, self.fd, self.path = self.fd, self.path, None, None
         if fd is not None:
             # Unlink while still holding the lock, then close: a prober never sees a
@@ -114,9 +237,11 @@ class _Held:
 def _forget_after_fork() -> None:
     """In a forked child: the parent's leases are the parent's. Close the inherited file
     descriptors (without unlinking: the files are the parent's) and start empty, so the
-    child neither keeps a dead parent's locks alive nor counts the parent's holders twice."""
-    global _registry_lock  # noqa: PLW0603 - a lock copied mid-use by fork() is unusable
-    _registry_lock = threading.Lock()
+    child neither keeps a dead parent's locks alive nor counts the parent's holders twice.
+    The parent's I/O thread does not exist here: a fresh one starts on first use."""
+    global _registry_lock, _io  # noqa: PLW0603 - a lock copied mid-use by fork() is unusable
+    _registry_lock = threading.RLock()
+    _io = _LeaseIO()
     for held in list(_own.values()):
         if held.fd is not None:
             with contextlib.suppress(OSError):
@@ -192,14 +317,33 @@ class ThreadLeases:
         process, plus lock files of other processes whose lock is still held. Stale files
         (their process died) are removed on the way. A file that cannot be probed counts as
         alive (a missed completion only delays the backend's lifecycle rules; a premature
-        one runs them while a conversation goes on)."""
+        one runs them while a conversation goes on). Waits for the disk: on an event loop
+        use :meth:`others_alive_async`."""
+        local, own = self.local_others(thread_id, exclude)
+        return local + _file_result(lambda: self._foreign_alive(thread_id, own))
+
+    async def others_alive_async(self, thread_id: str, exclude: ThreadLease | None = None) -> int:
+        """:meth:`others_alive` with the lock-file probing off the event loop."""
+        local, own = self.local_others(thread_id, exclude)
+        return local + await self.foreign_alive_async(thread_id, own)
+
+    def local_others(
+        self, thread_id: str, exclude: ThreadLease | None = None
+    ) -> tuple[int, frozenset[str]]:
+        """Live holders of ``thread_id`` in this process besides ``exclude`` (no I/O), and
+        the tokens of this process's holders (their files are never probed)."""
         mine = exclude.token if exclude is not None else None
         with _registry_lock:
             local = len(_local_holders.get(thread_id, set()) - {mine})
-            own = set(_own)
-        return local + self._foreign_alive(thread_id, own)
+            own = frozenset(_own)
+        return local, own
 
-    def _foreign_alive(self, thread_id: str, own: set[str]) -> int:
+    async def foreign_alive_async(self, thread_id: str, own: frozenset[str]) -> int:
+        """Live holders of ``thread_id`` in other processes, probed by the lease I/O thread
+        after every file operation queued before (this process's own unlinks included)."""
+        return await _file_result_async(lambda: self._foreign_alive(thread_id, own))
+
+    def _foreign_alive(self, thread_id: str, own: frozenset[str]) -> int:
         directory = self.directory
         if directory is None:
             return 0
@@ -316,26 +460,51 @@ class ThreadLease:
         return self._leases
 
     def acquire(self, thread_id: str) -> None:
-        """Hold ``thread_id`` (a different thread held before is released first)."""
+        """Hold ``thread_id`` (a different thread held before is released first).
+
+        This process counts the holder at once. Its lock file, which other processes see,
+        is created by the lease I/O thread: on a running event loop this returns without
+        waiting for it (:meth:`settled` does), elsewhere once the file exists.
+        """
         if not isinstance(thread_id, str) or not thread_id:
             raise ValueError("thread_id must be a non-empty string")
         if self._held.thread_id == thread_id:
             return
-        self._held.release()
+        held, leases = self._held, self._leases
+        held.forget()
         with _registry_lock:
-            _own[self._held.token] = self._held
-            _local_holders.setdefault(thread_id, set()).add(self._held.token)
-            self._held.thread_id = thread_id
-        self._leases._create_file(self._held, thread_id)
+            _own[held.token] = held
+            _local_holders.setdefault(thread_id, set()).add(held.token)
+            held.thread_id = thread_id
+
+        def move_file() -> None:
+            held.drop_file()
+            leases._create_file(held, thread_id)
+
+        _file_work(move_file)
 
     def release(self) -> None:
-        """Stop holding (idempotent)."""
+        """Stop holding (idempotent). This process stops counting the holder at once; the
+        lock file goes like :meth:`acquire` creates it."""
         self._held.release()
 
+    async def settled(self) -> None:
+        """Wait (off the loop) until the lock-file work queued so far is done: after it,
+        other processes see what :meth:`acquire` / :meth:`release` did."""
+        await _file_result_async(lambda: None)
+
     def peers(self, thread_id: str | None = None) -> int:
-        """Other live holders of ``thread_id`` (default: the thread held)."""
+        """Other live holders of ``thread_id`` (default: the thread held). Waits for the
+        disk: on an event loop use :meth:`peers_async`."""
         target = thread_id or self._held.thread_id
         return 0 if target is None else self._leases.others_alive(target, exclude=self)
+
+    async def peers_async(self, thread_id: str | None = None) -> int:
+        """:meth:`peers` with the lock-file probing off the event loop."""
+        target = thread_id or self._held.thread_id
+        if target is None:
+            return 0
+        return await self._leases.others_alive_async(target, exclude=self)
 
     def close(self) -> None:
         """Release and forget this holder for good."""

@@ -9,7 +9,8 @@ Three pieces, each usable on its own:
   exclusive ``fcntl.flock`` for as long as the lease is held. The kernel drops a flock when
   its process dies (even on SIGKILL), so a file that can be locked belongs to a dead holder:
   it is removed and ignored (crash-safe). File names carry a hash of the thread id, never
-  the id itself, and files hold only the holder's pid.
+  the id itself, and files hold only the holder's pid. The lock files are handled by one
+  ordered I/O thread: on the event loop, taking and dropping a lease never waits for disk.
 * :class:`CompletionSignal`: one session's completion. ``complete()`` releases the
   session's lease, then either stands down (another live holder: ``suppressed``; the last
   holder standing sends) or POSTs ``{"id": thread_id}`` once. At most one successful POST
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import copy
 import inspect
 import logging
@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .besteffort import best_effort
 from .leases import (
     LEASE_DIR_ENV,
     ThreadLease,
@@ -215,9 +216,6 @@ class CompletionSignal:
     async def _complete(
         self, thread_id: str | None, reason: str, *, timeout: float, detached: bool = False
     ) -> dict[str, Any]:
-        # Everything up to the first await is synchronous on purpose: releasing the lease and
-        # counting the others happen as one step, so of two holders finishing together at
-        # least one (the last to count) sees none and sends.
         if thread_id is not None and thread_id != self._thread_id and self._state == "open":
             self._thread_id = thread_id
         tid = self._thread_id
@@ -239,55 +237,85 @@ class CompletionSignal:
             return {**first, "reason": reason}
         if tid is None:
             return self._payload(None, reason, "no_thread")
+        # Releasing this holder and counting the others of this process are one step (no
+        # await between): of two holders of this process finishing together, exactly one
+        # sees none. Other processes' lock files are probed next by the lease I/O thread,
+        # after this holder's own unlink (release() queued it first on the same ordered
+        # thread): across processes, at least one holder (the last to count) sees none.
         self._lease.release()
-        peers = self._lease.leases.others_alive(tid, exclude=self._lease)
-        if peers:
-            self._state = "suppressed"
-            self._last = self._payload(tid, reason, "suppressed", peers=peers)
-            log.info("session_completed suppressed: %d other live holder(s)", peers)
-            return self._last
-        if self.genie is None:
-            return self._payload(tid, reason, "no_genie")
-        return await self._post(tid, reason, timeout=timeout, detached=detached)
+        local, own = self._lease.leases.local_others(tid, exclude=self._lease)
+        if local:
+            return self._suppress(tid, reason, local)
+        return await self._settle(tid, reason, own, timeout=timeout, detached=detached)
 
-    async def _post(
-        self, tid: str, reason: str, *, timeout: float, detached: bool
+    def _suppress(self, tid: str, reason: str, peers: int) -> dict[str, Any]:
+        self._state = "suppressed"
+        self._last = self._payload(tid, reason, "suppressed", peers=peers)
+        log.info("session_completed suppressed: %d other live holder(s)", peers)
+        return self._last
+
+    async def _settle(
+        self, tid: str, reason: str, own: frozenset[str], *, timeout: float, detached: bool
     ) -> dict[str, Any]:
-        assert self.genie is not None
+        """Probe the other processes, then POST: ``inflight`` from the first await on, so
+        a concurrent trigger waits for this outcome instead of probing and posting again."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._state, self._inflight = "inflight", future
-        genie = _detached(self.genie) if detached else self.genie
-        self.posts += 1
         try:
             try:
                 async with asyncio.timeout(timeout + 0.5):
-                    outcome = await genie.session_completed(tid, timeout)
-            except TimeoutError:
-                outcome = GenieOutcome(False, "timeout")
-            except (OSError, ValueError, RuntimeError) as exc:
-                log.info("session_completed POST failed: %s", type(exc).__name__)
-                outcome = GenieOutcome(False, "network_error")
-            finally:
-                if detached:
-                    with contextlib.suppress(Exception):
-                        await genie.close()
+                    peers: int | None = await self._lease.leases.foreign_alive_async(tid, own)
+            except TimeoutError:  # a hung disk: nothing is final, a later trigger may retry
+                log.info("session_completed: the lease directory did not answer in time")
+                peers = None
+            if peers is None:
+                self._state = "open"
+                payload = self._payload(tid, reason, "timeout")
+            elif peers:
+                payload = self._suppress(tid, reason, peers)
+            elif self.genie is None:
+                self._state = "open"
+                payload = self._payload(tid, reason, "no_genie")
+            else:
+                left = max(0.0, deadline - loop.time())
+                payload = await self._post(tid, reason, timeout=left, detached=detached)
         except BaseException:
             self._state, self._inflight = "open", None
             future.cancel()
             raise
-        if outcome.ok:
-            self._state = "sent"
-            payload = self._payload(tid, reason, "sent")
-        else:
-            self._state = "open"  # a later trigger may retry
-            extra = {"status": outcome.status} if outcome.reason == "http_error" else {}
-            payload = self._payload(tid, reason, outcome.reason, **extra)
-            log.info("session_completed not delivered: %s %s", outcome.reason, outcome.status)
         self._inflight = None
         self._last = payload
         future.set_result(payload)
         return payload
+
+    async def _post(
+        self, tid: str, reason: str, *, timeout: float, detached: bool
+    ) -> dict[str, Any]:
+        """One POST; sets the state (``sent``, or ``open`` for a later retry)."""
+        assert self.genie is not None
+        genie = _detached(self.genie) if detached else self.genie
+        self.posts += 1
+        try:
+            async with asyncio.timeout(timeout + 0.5):
+                outcome = await genie.session_completed(tid, timeout)
+        except TimeoutError:
+            outcome = GenieOutcome(False, "timeout")
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.info("session_completed POST failed: %s", type(exc).__name__)
+            outcome = GenieOutcome(False, "network_error")
+        finally:
+            if detached:
+                with best_effort("closing the exit hook's HTTP session", log):
+                    await genie.close()
+        if outcome.ok:
+            self._state = "sent"
+            return self._payload(tid, reason, "sent")
+        self._state = "open"  # a later trigger may retry
+        extra = {"status": outcome.status} if outcome.reason == "http_error" else {}
+        log.info("session_completed not delivered: %s %s", outcome.reason, outcome.status)
+        return self._payload(tid, reason, outcome.reason, **extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,7 +495,7 @@ class ShutdownHooks:
         """Restore the dispositions found at install time."""
         loop, installed, self._installed = self._loop, self._installed, []
         for item in reversed(installed):
-            with contextlib.suppress(Exception):
+            with best_effort(f"restoring the disposition of signal {item.sig}", log):
                 if loop is not None and not loop.is_closed():
                     loop.remove_signal_handler(item.sig)
                 handle = item.previous_loop_handle
@@ -505,7 +533,7 @@ class ShutdownHooks:
     def _redeliver(self, sig: int) -> None:
         self.uninstall()
         for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
+            with best_effort("flushing stdout/stderr before the signal", log):
                 stream.flush()
         signal.raise_signal(sig)
 
@@ -545,7 +573,7 @@ class ShutdownHooks:
             results.extend(r for r in done if isinstance(r, dict))
 
         def worker() -> None:
-            with contextlib.suppress(Exception):
+            with best_effort("sending the pending completions at exit", log):
                 asyncio.run(asyncio.wait_for(run_all(), bound))
 
         thread = threading.Thread(target=worker, name="avatar-sdk-exit", daemon=True)

@@ -19,6 +19,7 @@ from aiortc import sdp as sdp_parser
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
+from ..transport.ice import close_ice_connection, guard_gathering, set_local_description
 from .rtc_util import (
     IcePath,
     _blackhole,
@@ -185,7 +186,7 @@ class AsrPeer:
             self._path = IcePath(
                 ice, blocked=self._media.asr_stalled, grace=self._media.ice_restart_grace
             )
-            await pc.setLocalDescription(await pc.createAnswer())
+            await set_local_description(pc, await pc.createAnswer())
         except BaseException:
             await self._drop_pc()
             raise
@@ -194,7 +195,7 @@ class AsrPeer:
     async def _renegotiate(self, offer_sdp: str) -> str:
         pc = self.pc
         await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
-        await pc.setLocalDescription(await pc.createAnswer())
+        await set_local_description(pc, await pc.createAnswer())
         return self._media.finish_answer("asr", pc)
 
     async def _restart(self, offer_sdp: str, media: Any) -> str:
@@ -203,6 +204,7 @@ class AsrPeer:
         if path is None or dtls.state != "connected":
             raise RuntimeError(f"no DTLS session to carry over (dtls {dtls.state})")
         new = Connection(ice_controlling=path.active.ice_controlling)
+        guard_gathering(new)  # a cancelled restart must not drop the sockets bound so far
         try:
             await new.gather_candidates()
             new.remote_username = media.ice.usernameFragment
@@ -215,11 +217,11 @@ class AsrPeer:
             path.ice.iceGatherer._connection = new
             self._pending = new
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
-            await pc.setLocalDescription(await pc.createAnswer())
+            await set_local_description(pc, await pc.createAnswer())
         except BaseException:
             self._pending = None
             path.ice.iceGatherer._connection = path.active
-            await new.close()
+            await close_ice_connection(new, 2.0)
             raise
         self._spawn(self._connect_and_switch(path, new))
         return self._media.finish_answer("asr", pc)

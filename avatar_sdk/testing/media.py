@@ -37,6 +37,7 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc import sdp as sdp_parser
 
+from ..transport.ice import set_local_description
 from ..wire.names import In, Out
 from .asr_peer import AsrPeer, AsrStats
 from .rtc_util import (
@@ -426,7 +427,7 @@ class StagingMedia:
                 ):
                     pc.addTransceiver(audio, direction="sendonly")
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
-            await pc.setLocalDescription(await pc.createAnswer())
+            await set_local_description(pc, await pc.createAnswer())
         except BaseException:
             await _close_pc(pc)
             raise

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import av
 from aiortc import RTCConfiguration
 
+from ..transport.ice import close_peer
+
 if TYPE_CHECKING:
     from .server import Conversation
 
@@ -93,9 +95,9 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 async def _close_pc(pc: Any, timeout: float = 2.0) -> None:
-    # pc.close() sends the DTLS close alert, stops ICE and every RTP loop of the peer.
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(pc.close(), timeout)
+    # pc.close() sends the DTLS close alert, stops ICE and every RTP loop of the peer;
+    # close_peer also closes the sockets of a gathering still running (or a close cut short).
+    await close_peer(pc, timeout)
 
 
 class IcePath:

@@ -20,10 +20,9 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
-from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
-from .ice import apply_answer
+from .ice import apply_answer, close_peer, set_local_description
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +173,7 @@ class AsrUplink:
     async def create_offer(self) -> str:
         """Local offer SDP (aiortc gathers its candidates into it)."""
         offer = await self.pc.createOffer()
-        await self.pc.setLocalDescription(offer)
+        await set_local_description(self.pc, offer)
         return str(self.pc.localDescription.sdp)
 
     async def accept_answer(self, sdp: str) -> None:
@@ -239,9 +238,9 @@ class AsrUplink:
             except TimeoutError:
                 continue
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 1.0) -> None:
+        """Close the peer and every UDP socket it bound, within ``timeout`` seconds."""
         if self._closed:
             return
         self._closed = True
-        with best_effort("closing the uplink peer", log):
-            await asyncio.wait_for(self.pc.close(), 1.0)
+        await close_peer(self.pc, timeout)

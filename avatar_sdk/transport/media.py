@@ -383,8 +383,9 @@ class MediaLanes:
         if stv is not None:
             jobs.append(stv.close(timeout))
         if asr is not None:
-            jobs.append(asr.close())
+            jobs.append(asr.close(timeout))
         if jobs:
+            # Each close is bounded and leaves no socket; this bound only caps the total.
             with best_effort("closing the media peers", log):
                 await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), timeout + 0.2)
         if self._http is not None:

@@ -20,9 +20,8 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
-from .ice import apply_answer
+from .ice import apply_answer, close_peer, set_local_description
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +128,7 @@ class StvDownlink:
         """WHEP: POST our offer, apply the 201 answer. Raises ``AvatarError`` on failure."""
         self._check_host(url, "WHEP URL")
         offer = await self.pc.createOffer()
-        await self.pc.setLocalDescription(offer)
+        await set_local_description(self.pc, offer)
         sdp = self.pc.localDescription.sdp
         try:
             async with asyncio.timeout(timeout):
@@ -200,8 +199,7 @@ class StvDownlink:
                             log.info("WHEP DELETE answered %s", resp.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 log.info("WHEP DELETE failed: %s", type(exc).__name__)
-        with best_effort("closing the downlink peer", log):
-            await asyncio.wait_for(self.pc.close(), timeout)
+        await close_peer(self.pc, timeout)
         for task in list(self._pumps):
             task.cancel()
         if self._pumps:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ from avatar_sdk.lifecycle import (
     IdleTimer,
     ShutdownHooks,
     ThreadLeases,
+    _Installed,
     default_lease_dir,
 )
 from avatar_sdk.testing import StagingServer
@@ -478,6 +480,17 @@ async def test_ignored_signals_stay_ignored(hooks: ShutdownHooks) -> None:
         assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+def test_a_disposition_that_cannot_be_restored_is_logged_not_hidden(
+    hooks: ShutdownHooks, caplog: pytest.LogCaptureFixture
+) -> None:
+    hooks._installed.append(_Installed(signal.SIGUSR1, object(), None))  # not a handler
+    with caplog.at_level(logging.DEBUG, logger="avatar_sdk"):
+        hooks.uninstall()  # never raises: the other signals are still restored
+    assert f"restoring the disposition of signal {int(signal.SIGUSR1)} failed" in caplog.text
+    assert "TypeError" in caplog.text
+    assert hooks.installed == ()
 
 
 async def test_exit_hook_sends_pending_completions_once_per_thread(
