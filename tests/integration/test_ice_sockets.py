@@ -218,7 +218,7 @@ async def test_a_session_closed_while_its_offer_gathers_leaves_no_socket(
     )
     connecting = asyncio.ensure_future(session.connect())
     await asyncio.wait_for(gate.reached.wait(), 5)
-    lanes = session._lanes
+    lanes = session.media
     assert lanes is not None and lanes.asr is not None
     pc = lanes.asr.pc
     is_closed = closed(pc)
