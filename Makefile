@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(PY) -m avatar_sdk.cli demo
 
 test: $(STAMP) $(NODE_STAMP)
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) -m pytest -q -m 'not slow' -n 4
 
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m slow --timeout 900

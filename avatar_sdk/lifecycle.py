@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .besteffort import best_effort
+from .clock import SYSTEM_CLOCK, Clock, Timer
 from .leases import (
     LEASE_DIR_ENV,
     ThreadLease,
@@ -327,10 +328,13 @@ class IdleTimer:
     """Calls ``on_idle`` (sync, or async: run as a task) once after ``timeout`` seconds
     without :meth:`touch`. ``timeout <= 0`` disables it. Needs a running loop to start."""
 
-    def __init__(self, timeout: float, on_idle: Callable[[], object]) -> None:
+    def __init__(
+        self, timeout: float, on_idle: Callable[[], object], *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.timeout = float(timeout)
         self._on_idle = on_idle
-        self._handle: asyncio.TimerHandle | None = None
+        self._clock = clock
+        self._handle: Timer | None = None
         self._task: asyncio.Task[Any] | None = None
         self.fired = False
 
@@ -343,7 +347,7 @@ class IdleTimer:
         self.cancel()
         if self.timeout <= 0 or self.fired:
             return
-        self._handle = asyncio.get_running_loop().call_later(self.timeout, self._fire)
+        self._handle = self._clock.call_later(self.timeout, self._fire)
 
     def touch(self) -> None:
         """Conversation activity: the countdown starts again (only while armed)."""

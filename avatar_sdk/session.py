@@ -116,7 +116,7 @@ class AvatarSession(EventSource):
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
-        self._idle = IdleTimer(cfg.idle_timeout, self._on_idle)
+        self._idle = IdleTimer(cfg.idle_timeout, self._on_idle, clock=self._clock)
         self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
