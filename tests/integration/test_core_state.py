@@ -27,31 +27,12 @@ def _texts(staging: StagingServer) -> list[str]:
     ]
 
 
-async def test_a_paused_session_is_paused_again_after_socket_recovery(
-    staging: StagingServer, make_session: SessionFactory
+@pytest.mark.parametrize(("recovery", "tier"), [(True, "socket"), (False, "cold")])
+async def test_a_paused_session_is_paused_again_after_either_recovery_tier(
+    staging: StagingServer, make_session: SessionFactory, recovery: bool, tier: str
 ) -> None:
-    session = make_session()
-    await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
-    await session.pause()
-    sid = staging.live_sids[0]
-    assert await until(lambda: staging.conversations[sid].paused, 2)
-    reconnected = session.expect("reconnected", timeout=3)
-    await staging.faults.drop_socket(recovery=True)
-    event = await reconnected
-    assert event.data["recovered"] is True
-    assert session.state == "paused"
-    assert staging.conversations[sid].paused  # the server still holds the pause
-    assert session.health().upstream == "live"
-    resumed = session.expect("state_changed", lambda e: e.data["state"] == "connected", 2)
-    await session.resume()
-    await resumed
-    assert await until(lambda: not staging.conversations[sid].paused, 2)
-
-
-async def test_a_cold_reconnect_pauses_the_new_server_session_again(
-    staging: StagingServer, make_session: SessionFactory
-) -> None:
+    """Issue 8 defect 1: in place, the server still holds the pause; after a cold
+    reconnect the pause is sent again on the new server session."""
     session = make_session()
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
@@ -59,16 +40,18 @@ async def test_a_cold_reconnect_pauses_the_new_server_session_again(
     old_sid = staging.live_sids[0]
     assert await until(lambda: staging.conversations[old_sid].paused, 2)
     reconnected = session.expect("reconnected", timeout=5)
-    await staging.faults.drop_socket(recovery=False)
+    await staging.faults.drop_socket(recovery=recovery)
     event = await reconnected
-    assert event.data["tier"] == "cold"
+    assert (event.data["tier"], event.data["recovered"]) == (tier, recovery)
     assert session.state == "paused"
-    [new_sid] = staging.live_sids
-    assert new_sid != old_sid
-    assert await until(lambda: staging.conversations[new_sid].paused, 2)
+    assert session.health().upstream == "live"
+    [sid] = staging.live_sids
+    assert (sid == old_sid) is recovery
+    assert await until(lambda: staging.conversations[sid].paused, 2)
+    resumed = session.expect("state_changed", lambda e: e.data["state"] == "connected", 2)
     await session.resume()
-    assert session.state == "connected"
-    assert await until(lambda: not staging.conversations[new_sid].paused, 2)
+    await resumed
+    assert await until(lambda: not staging.conversations[sid].paused, 2)
 
 
 async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery(
