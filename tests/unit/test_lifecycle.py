@@ -27,9 +27,9 @@ from avatar_sdk.lifecycle import (
     IdleTimer,
     ShutdownHooks,
     ThreadLeases,
-    _Installed,
     default_lease_dir,
 )
+from avatar_sdk.shutdown import _Installed
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient
 
