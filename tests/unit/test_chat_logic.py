@@ -13,12 +13,12 @@ from avatar_sdk.chat import (
     ChatReply,
     ChatSession,
     LineSplitter,
-    _http_error,
     build_converse_body,
     check_request_vars,
     converse_once,
     parse_converse_line,
 )
+from avatar_sdk.converse_wire import http_error
 from avatar_sdk.testing import Brain
 from avatar_sdk.wire import ProtocolError
 
@@ -140,7 +140,7 @@ def test_request_vars_validation() -> None:
     ],
 )
 def test_http_status_classification(status: int, code: ErrorCode) -> None:
-    error = _http_error(status)
+    error = http_error(status)
     assert error.code is code and str(status) in str(error)
 
 
