@@ -415,9 +415,10 @@ class Bench:
 
     async def silent_round(self) -> dict[str, float]:
         tl = self.timeline
-        channel = self.session._channel  # the SDK's own quietness clock lives here
-        if channel is None:
+        link = self.session._slot.current  # the SDK's own quietness clock lives here
+        if link is None:
             raise RuntimeError("no control channel")
+        channel = link.channel
         mark = tl.mark()
         started = time.monotonic()
         quiet = started - channel.last_activity
