@@ -97,6 +97,8 @@ class AvatarSession(EventSource):
             "protocol_errors": 0,
             "connect_duration": None,
         }
+        # events() buffers: their default bound, and their drops counted into stats().
+        self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
         self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
