@@ -78,7 +78,8 @@ def connector(
 
 
 def tls_failure(exc: BaseException) -> str | None:
-    """A short reason when ``exc`` (or what it wraps, however deep) is a TLS failure.
+    """A short reason when ``exc`` (or what it wraps, however deep) is a TLS failure:
+    ``"to host:port: <what OpenSSL said>"`` (or just the latter when no host is known).
 
     Library wrappers hide it: engineio raises ``ConnectionError('Connection error')`` in
     the ``except`` of aiohttp's ``ClientConnectorCertificateError``, and socketio re-raises
@@ -92,11 +93,20 @@ def tls_failure(exc: BaseException) -> str | None:
         if isinstance(current, aiohttp.ClientConnectorCertificateError):
             return _describe(current.certificate_error, current.host, current.port)
         if isinstance(current, aiohttp.ClientSSLError):
+            if isinstance(current.os_error, _TRANSIENT):
+                return None
             return _describe(current.os_error, current.host, current.port)
-        if isinstance(current, ssl.SSLError | ssl.CertificateError):
+        if isinstance(current, _TRANSIENT):
+            return None
+        if isinstance(current, ssl.SSLError):
             return _describe(current, None, None)
         current = current.__cause__ or current.__context__
     return None
+
+
+#: TLS-layer errors a flaky network causes (a connection cut mid-handshake): these stay
+#: connection losses, which a retry may fix; only verification and protocol refusals are not.
+_TRANSIENT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ssl.SSLWantReadError)
 
 
 def _describe(error: BaseException, host: str | None, port: int | None) -> str:
@@ -107,8 +117,8 @@ def _describe(error: BaseException, host: str | None, port: int | None) -> str:
         reason = f"TLS handshake failed: {str(reason).lower().replace('_', ' ')}"
     else:
         reason = str(error) or type(error).__name__
-    where = f" from {host}:{port}" if host is not None else ""
-    return f"{reason}{where}"[:200]
+    where = f"to {host}:{port}: " if host is not None else ""
+    return f"{where}{reason.rstrip('.')}"[:200]
 
 
 def tls_error(exc: BaseException, what: str) -> AvatarError | None:
@@ -116,4 +126,5 @@ def tls_error(exc: BaseException, what: str) -> AvatarError | None:
     reason = tls_failure(exc)
     if reason is None:
         return None
-    return AvatarError(ErrorCode.TLS_FAILED, f"{what}: {reason}")
+    joint = " " if reason.startswith("to ") else ": "
+    return AvatarError(ErrorCode.TLS_FAILED, f"{what}{joint}{reason}")
