@@ -71,7 +71,16 @@ class TestCA:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
     def server_context(self, *hosts: str) -> ssl.SSLContext:
-        """A server context with a leaf for ``hosts`` (default ``127.0.0.1``, ``localhost``)."""
+        """A server context with a leaf for ``hosts`` (default ``127.0.0.1``, ``localhost``).
+
+        ``context.load_cert_chain(str(other_ca.issue()))`` later swaps the certificate of a
+        running server (new handshakes use it): a server whose certificate changes."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.issue(*hosts)))
+        return context
+
+    def issue(self, *hosts: str) -> Path:
+        """A PEM file holding a new leaf certificate for ``hosts`` and its key."""
         names = hosts or ("127.0.0.1", "localhost")
         now = datetime.datetime.now(datetime.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
@@ -108,9 +117,7 @@ class TestCA:
                 serialization.NoEncryption(),
             )
         )
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(str(chain))
-        return context
+        return chain
 
     def cleanup(self) -> None:
         """Remove the temporary directory (the contexts already built keep working)."""

@@ -96,6 +96,27 @@ async def test_a_private_ca_is_trusted_for_socketio_and_genie(
     assert tls_staging.completed_threads == [thread]
 
 
+async def test_a_certificate_that_changes_mid_session_ends_it_with_tls_failed(
+    ca: TestCA,
+) -> None:
+    """Reconnects connect too: after the server's certificate is replaced by one nobody
+    trusts, the recovery ends in tls_failed (not a lost connection, not gave_up)."""
+    server_context = ca.server_context()
+    stranger = TestCA("an untrusted CA")
+    async with StagingServer(ssl_context=server_context) as staging:
+        session = _session(staging, ca_file=ca.ca_file)
+        await session.connect()
+        ended = session.expect("ended", timeout=15)
+        server_context.load_cert_chain(str(stranger.issue()))
+        await staging.faults.drop_socket(recovery=True)
+        event = await ended
+        assert event.data["code"] == "tls_failed"
+        assert session.state == "failed" and session.health().reason == "tls_failed"
+        assert staging.connections == 1  # no reconnect got past the handshake
+        await session.close()
+    stranger.cleanup()
+
+
 async def test_a_full_media_session_over_tls(tls_staging: StagingServer, ca: TestCA) -> None:
     """WHEP too: the staging backend hands out an https loopback WHEP URL."""
     session = _session(
