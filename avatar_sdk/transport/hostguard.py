@@ -153,10 +153,13 @@ class HostGuard:
             kind = spelled_private(host)
             if kind is not None:
                 raise HostRefused(self._refusal(host, None, kind))
-            # Scope ids ("fe80::1%eth0") are cut: the address alone decides.
-            addresses = [
-                ipaddress.ip_address(a.split("%", 1)[0]) for a in await self._lookup(host, port)
-            ]
+            try:
+                # Scope ids ("fe80::1%eth0") are cut: the address alone decides.
+                addresses = [
+                    ipaddress.ip_address(a.split("%", 1)[0]) for a in await self._lookup(host, port)
+                ]
+            except ValueError:
+                raise socket.gaierror(socket.EAI_FAIL, "unreadable address") from None
             if not addresses:
                 raise socket.gaierror(socket.EAI_NONAME, "no address")
         for addr in addresses:
@@ -177,7 +180,7 @@ class HostGuard:
             addresses = await self._resolve(host, port)
         except HostRefused as exc:
             raise AvatarError(ErrorCode.INSECURE_TRANSPORT, str(exc)) from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise AvatarError(
                 ErrorCode.MEDIA_FAILED,
                 f"{self._what} host {host} did not resolve ({type(exc).__name__})",
@@ -218,7 +221,7 @@ class _PinnedResolver(AbstractResolver):
                 }
             )
         if not results:
-            raise HostRefused(f"{host} has no checked address of the requested family")
+            raise socket.gaierror(socket.EAI_FAMILY, f"{host}: no address of that family")
         return results
 
     async def close(self) -> None:

@@ -169,7 +169,9 @@ class StvDownlink:
         except (aiohttp.ClientError, OSError) as exc:
             raise _request_error(exc, "WHEP POST") from None
         if status in _REDIRECTS:
-            target = host_of(urljoin(url, location)) if location else "nowhere"
+            # The host only, cut short: the rest of a hostile Location is not worth echoing.
+            target = (host_of(urljoin(url, location)) if location else "") or "nowhere"
+            target = target[:100]
             raise AvatarError(
                 ErrorCode.MEDIA_FAILED,
                 f"WHEP {status} redirect to {target} not followed"
