@@ -132,6 +132,10 @@ class SessionConfig:
     handle_signals: bool = False
     #: Seconds between ``connection_quality`` events; 0 (default) = off, no task, no cost.
     quality_interval: float = 0.0
+    #: Default bound of each ``session.events()`` buffer (events, >= 1; ``max_queue=``
+    #: overrides it per stream). A consumer that falls behind loses the oldest events and
+    #: reads an ``events_dropped`` notice where they were.
+    event_queue_size: int = 10_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -140,6 +144,11 @@ class SessionConfig:
             value = getattr(self, f.name)
             if not check(value):
                 raise _invalid("SessionConfig", f.name, rule, value)
+        if self.event_queue_size < 1:
+            # A bound of 0 would drop every event: a stream that can never yield anything.
+            raise _invalid(
+                "SessionConfig", "event_queue_size", "must be an int >= 1", self.event_queue_size
+            )
 
     @property
     def effective_hard_tool_spiral_limit(self) -> int:

@@ -45,6 +45,7 @@ class ErrorCode(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     PROTOCOL_VIOLATION = "protocol_violation"
     INSECURE_TRANSPORT = "insecure_transport"
+    TLS_FAILED = "tls_failed"
     GAVE_UP = "gave_up"
     MEDIA_FAILED = "media_failed"
     INVALID_STATE = "invalid_state"
@@ -129,7 +130,21 @@ CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
         _W, True, Category.SERVER, "The server sent a malformed message."
     ),
     ErrorCode.INSECURE_TRANSPORT: CodeInfo(
-        _F, False, Category.CLIENT, "Plain http/ws needs allow_insecure_transport=True."
+        _F,
+        False,
+        Category.CLIENT,
+        "Refused an insecure connection or a private host"
+        " (allow_insecure_transport=True permits it, for development).",
+    ),
+    # Not retryable: an untrusted certificate is a configuration fault (or an interception),
+    # and a retry would only repeat it; never reported as a lost connection.
+    ErrorCode.TLS_FAILED: CodeInfo(
+        _F,
+        False,
+        Category.NETWORK,
+        "The server's TLS certificate was not trusted or the TLS handshake failed."
+        " Pass ssl= (an ssl.SSLContext) or ca_file= with your CA, or fix the server"
+        " certificate.",
     ),
     ErrorCode.GAVE_UP: CodeInfo(_F, False, Category.NETWORK, "Recovery attempts were exhausted."),
     ErrorCode.MEDIA_FAILED: CodeInfo(

@@ -36,6 +36,7 @@ class EventName(StrEnum):
     SESSION_COMPLETED = "session_completed"
     PROTOCOL_ERROR = "protocol_error"
     CALLBACK_ERROR = "callback_error"
+    EVENTS_DROPPED = "events_dropped"
     CONNECTION_QUALITY = "connection_quality"
     NETWORK_CHANGED = "network_changed"
     IDLE_TIMEOUT = "idle_timeout"
@@ -162,6 +163,13 @@ class ProtocolErrorPayload(TypedDict):
 class CallbackErrorPayload(TypedDict):
     event: str
     error: str
+
+
+class EventsDroppedPayload(TypedDict):
+    """Only in an ``events()`` stream, just before the first event read after a gap."""
+
+    count: int  # events this stream lost since the consumer last read one
+    total: int  # this stream's losses so far (``EventStream.dropped``)
 
 
 class ConnectionQualityPayload(TypedDict):
@@ -317,6 +325,7 @@ PAYLOADS: Final[dict[EventName, type]] = {
     EventName.SESSION_COMPLETED: SessionCompletedPayload,
     EventName.PROTOCOL_ERROR: ProtocolErrorPayload,
     EventName.CALLBACK_ERROR: CallbackErrorPayload,
+    EventName.EVENTS_DROPPED: EventsDroppedPayload,
     EventName.CONNECTION_QUALITY: ConnectionQualityPayload,
     EventName.NETWORK_CHANGED: NetworkChangedPayload,
     EventName.IDLE_TIMEOUT: IdleTimeoutPayload,

@@ -30,8 +30,12 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[["Event"], Awaitable[None] | None] | Callable[["Event"], Any]
 
-#: Subscribers of ``events()`` buffer at most this many events; older ones are dropped.
+#: Subscribers of ``events()`` buffer at most this many events; older ones are dropped
+#: (a session takes its bound from ``SessionConfig.event_queue_size``).
 DEFAULT_QUEUE_CAP = 10_000
+
+#: The name of the notice a stream yields in place of the events it had to drop.
+EVENTS_DROPPED = str(EventName.EVENTS_DROPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,25 +58,49 @@ def _closed_error(name: str) -> AvatarError:
     return AvatarError(ErrorCode.CLOSED, f"the session ended: no {name!r} event will come")
 
 
+def _check_bound(value: object, what: str) -> int:
+    """``value`` as a queue bound (an int >= 1), or ``AvatarError(INVALID_ARGUMENT)``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{what} must be an int >= 1 (got {value!r})")
+    return value
+
+
 class _Subscriber:
-    __slots__ = ("cap", "closed", "dropped", "items", "names", "waiter")
+    __slots__ = ("cap", "closed", "dropped", "gap", "gap_at", "items", "names", "waiter")
 
     def __init__(self, names: frozenset[str] | None, cap: int) -> None:
         self.names = names
         self.cap = cap
         self.items: deque[Event] = deque()
         self.dropped = 0
+        #: Dropped since the consumer last took an event: the front of ``items`` is where
+        #: they were (the oldest go first), so the notice goes out just before it.
+        self.gap = 0
+        self.gap_at = 0.0
         self.closed = False
         self.waiter: asyncio.Future[None] | None = None
 
-    def push(self, event: Event) -> None:
+    def push(self, event: Event) -> bool:
+        """Queue ``event`` (if it passes the filter); True when that dropped the oldest."""
         if self.names is not None and event.name not in self.names:
-            return
-        if len(self.items) >= self.cap:
+            return False
+        dropped = len(self.items) >= self.cap
+        if dropped:
             self.items.popleft()
             self.dropped += 1
+            self.gap += 1
+            self.gap_at = event.at
         self.items.append(event)
         self._wake()
+        return dropped
+
+    def take(self) -> Event | None:
+        """The next event for the consumer: the notice of a gap first, if there is one."""
+        if self.gap:
+            notice = Event(EVENTS_DROPPED, {"count": self.gap, "total": self.dropped}, self.gap_at)
+            self.gap = 0
+            return notice
+        return self.items.popleft() if self.items else None
 
     def close(self) -> None:
         self.closed = True
@@ -91,6 +119,12 @@ def _unsubscribe(subscribers: list[_Subscriber], sub: _Subscriber) -> None:
 class EventStream:
     """Async iterator of a bus's events, subscribed when created (not when first iterated),
     so nothing emitted between ``events()`` and the first ``__anext__`` is missed.
+
+    Its buffer is bounded: a consumer that falls behind loses the oldest events, and the
+    next thing it reads is ``Event("events_dropped", {"count", "total"})`` standing exactly
+    where they were (``count``: lost since the last event read; ``total``: this stream's
+    :attr:`dropped`). The notice is delivered whatever names the stream filters on, and
+    only to this stream: it never goes through the bus, so a flood cannot feed itself.
 
     It ends once the bus has closed and the buffer is drained. ``aclose()`` (or leaving
     ``async with``) unsubscribes at once and drops what is buffered; a stream that is simply
@@ -113,8 +147,13 @@ class EventStream:
 
     @property
     def dropped(self) -> int:
-        """Events discarded because the buffer was full (the oldest go first)."""
+        """Events discarded because the buffer was full (the oldest go first), in total."""
         return self._sub.dropped
+
+    @property
+    def max_queue(self) -> int:
+        """The buffer's bound (events)."""
+        return self._sub.cap
 
     def __aiter__(self) -> EventStream:
         return self
@@ -122,8 +161,9 @@ class EventStream:
     async def __anext__(self) -> Event:
         sub = self._sub
         while True:
-            if sub.items:
-                return sub.items.popleft()
+            event = sub.take()
+            if event is not None:
+                return event
             if sub.closed:
                 self._finalizer()
                 raise StopAsyncIteration
@@ -140,6 +180,7 @@ class EventStream:
         """Unsubscribe now; iteration ends and buffered events are dropped."""
         self._finalizer()
         self._sub.items.clear()
+        self._sub.gap = 0
         self._sub.close()
 
     async def __aenter__(self) -> EventStream:
@@ -151,7 +192,8 @@ class EventStream:
     def __repr__(self) -> str:
         names = "*" if self._sub.names is None else ",".join(sorted(self._sub.names))
         state = "closed" if self._sub.closed else "open"
-        return f"<EventStream {names} {state} buffered={len(self._sub.items)}>"
+        sub = self._sub
+        return f"<EventStream {names} {state} buffered={len(sub.items)} dropped={sub.dropped}>"
 
 
 class Expectation:
@@ -251,6 +293,22 @@ class EventBus:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.emitted = 0
+        #: Events dropped by full ``events()`` buffers, all streams together.
+        self.dropped = 0
+        self.queue_size = DEFAULT_QUEUE_CAP
+        self._counters: dict[str, Any] | None = None
+
+    def configure(
+        self, *, queue_size: int | None = None, counters: dict[str, Any] | None = None
+    ) -> None:
+        """Set the default bound of new ``events()`` streams, and a stats dict in which
+        ``events_dropped`` is kept (a session's ``stats()``), as a control channel keeps
+        ``events_in`` there."""
+        if queue_size is not None:
+            self.queue_size = _check_bound(queue_size, "event_queue_size")
+        if counters is not None:
+            counters.setdefault("events_dropped", self.dropped)
+            self._counters = counters
 
     @property
     def closed(self) -> bool:
@@ -275,15 +333,15 @@ class EventBus:
 
         return unsubscribe
 
-    def events(self, *names: str | EventName, cap: int = DEFAULT_QUEUE_CAP) -> EventStream:
+    def events(self, *names: str | EventName, cap: int | None = None) -> EventStream:
         """Events (optionally only those ``names``) from now until the bus closes.
 
-        Subscribed at call time; buffers at most ``cap`` events (the oldest are dropped).
+        Subscribed at call time; buffers at most ``cap`` events (default: ``queue_size``;
+        the oldest are dropped, and the stream says so, see :class:`EventStream`).
         On a closed bus the stream is empty.
         """
-        if cap < 1:
-            raise ValueError("cap must be at least 1")
-        return EventStream(self, frozenset(_key(n) for n in names) if names else None, cap)
+        bound = self.queue_size if cap is None else _check_bound(cap, "max_queue")
+        return EventStream(self, frozenset(_key(n) for n in names) if names else None, bound)
 
     def expect(
         self,
@@ -336,7 +394,8 @@ class EventBus:
         event = Event(key, data if data is not None else {})
         self.emitted += 1
         for sub in list(self._subscribers):
-            sub.push(event)
+            if sub.push(event):
+                self._count_drop()
         for waiter in list(self._waiters):
             if waiter.name != key or waiter.done():
                 continue
@@ -346,6 +405,12 @@ class EventBus:
         for callback in [*self._callbacks.get(key, ()), *self._callbacks.get("*", ())]:
             self._run_callback(callback, event)
         return event
+
+    def _count_drop(self) -> None:
+        # A counter, never an event: telling the whole bus would re-enter the full queues.
+        self.dropped += 1
+        if self._counters is not None:
+            self._counters["events_dropped"] = self._counters.get("events_dropped", 0) + 1
 
     def _safe_predicate(self, predicate: Callable[[Event], bool], event: Event) -> bool:
         try:
@@ -417,10 +482,15 @@ class EventSource:
         """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
         return self._bus.on(name, callback)
 
-    def events(self, *names: str | EventName) -> EventStream:
+    def events(self, *names: str | EventName, max_queue: int | None = None) -> EventStream:
         """Async iterator of events (optionally only ``names``), subscribed at call time;
-        ends when the session ends. ``aclose()`` or ``async with`` unsubscribes early."""
-        return self._bus.events(*names)
+        ends when the session ends. ``aclose()`` or ``async with`` unsubscribes early.
+
+        Buffers at most ``max_queue`` events (default ``SessionConfig.event_queue_size``,
+        10,000); a consumer that falls behind loses the oldest and reads an
+        ``events_dropped`` {count, total} event where they were (``stream.dropped``, and
+        ``stats()["events_dropped"]`` for all streams)."""
+        return self._bus.events(*names, cap=max_queue)
 
     def expect(
         self,

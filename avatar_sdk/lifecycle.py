@@ -74,6 +74,7 @@ OUTCOMES: Final = frozenset(
         "disabled",
         "http_error",
         "network_error",
+        "tls_failed",
         "timeout",
     }
 )

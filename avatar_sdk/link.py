@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,6 +166,7 @@ class LinkBuilder:
         media: MediaSpec | None,
         counters: dict[str, Any],
         listener: LinkListener | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._url = url
         self.__token = token
@@ -173,6 +175,8 @@ class LinkBuilder:
         self._partner_id = partner_id
         self._media = media
         self._counters = counters
+        #: TLS trust of every connection (socket and WHEP); None: the system CAs.
+        self._ssl = ssl_context
         #: Where links report; set before the first ``create()``.
         self.listener = listener
 
@@ -197,6 +201,7 @@ class LinkBuilder:
             on_event=on_event,
             on_disconnect=on_disconnect,
             counters=self._counters,
+            ssl_context=self._ssl,
         )
         link = ServerLink(channel=channel, config=self._config)
         return link
@@ -252,6 +257,7 @@ class LinkBuilder:
             video=spec.video,
             allow_private=spec.allow_private,
             turn=spec.turn,
+            ssl_context=self._ssl,
         )
         link.lanes = lanes
         lanes.room_id = link.room_id

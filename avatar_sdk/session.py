@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -36,6 +38,7 @@ from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
 from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
+from .transport.tls import client_context
 from .turn_desk import TurnDesk
 from .urls import check_url
 from .wire import Out, build_barge_in_marker, build_empty, new_sticky_id
@@ -64,16 +67,23 @@ class AvatarSession(EventSource):
         turn: TurnConfig | None = None,
         journal: str | Path | None = None,
         clock: Clock | None = None,
+        ssl: SSLContext | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         """See CONTRACT: ``url``/``token`` of the backend; ``thread_id`` resumes a thread;
         ``audio`` an aiortc track for the uplink (None: silence); ``media=False`` for text
-        only; ``journal`` a JSONL path of every event; ``clock`` for tests (seconds)."""
+        only; ``journal`` a JSONL path of every event; ``clock`` for tests (seconds).
+
+        TLS (docs/security.md): ``ssl`` an ``ssl.SSLContext``, or ``ca_file`` a PEM file of
+        a private CA trusted besides the system's, applies to every connection the session
+        makes (Socket.IO, WHEP, genie); an untrusted certificate fails with ``tls_failed``."""
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
         register_secret(token)
         insecure = allow_insecure_transport
         self._url = check_url(url, allow_insecure=insecure, what="url")
         genie = genie_url and check_url(genie_url, allow_insecure=insecure, what="genie_url")
+        tls = client_context(ssl, ca_file, allow_insecure=insecure)
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         super().__init__()
@@ -97,6 +107,8 @@ class AvatarSession(EventSource):
             "protocol_errors": 0,
             "connect_duration": None,
         }
+        # events() buffers: their default bound, and their drops counted into stats().
+        self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
         self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
@@ -110,9 +122,10 @@ class AvatarSession(EventSource):
             partner_id=partner_id,
             media=spec if self._media else None,
             counters=self._stats,
+            ssl_context=tls,
         )
         self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
-        self._genie = GenieClient(genie, token) if genie else None
+        self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )

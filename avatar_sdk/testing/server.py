@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import secrets
+import ssl
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -165,10 +166,14 @@ class StagingServer:
         event_spacing: float = 0.002,
         speech_time_scale: float = 0.25,
         audio_only: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
-        (PROTOCOL.md §1.5) and only the ASR uplink exists."""
+        (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
+        (``url``, ``genie_url`` and the WHEP URLs become https; see
+        :class:`avatar_sdk.testing.tls.TestCA` for a private CA)."""
         self.host = host
+        self.ssl_context = ssl_context
         self.port = port
         self.token = token or "stg-" + secrets.token_urlsafe(24)
         self.event_spacing = event_spacing
@@ -213,7 +218,7 @@ class StagingServer:
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self
@@ -245,11 +250,15 @@ class StagingServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self._scheme}://{self.host}:{self.port}"
 
     @property
     def genie_url(self) -> str:
-        return f"http://{self.host}:{self.port}/genie"
+        return f"{self._scheme}://{self.host}:{self.port}/genie"
+
+    @property
+    def _scheme(self) -> str:
+        return "https" if self.ssl_context is not None else "http"
 
     # -- assertions helpers -----------------------------------------------------------------
     def received_events(self, name: str, sid: str | None = None) -> list[ReceivedEvent]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..redact import register_secret
 from .csr import RecoveringAsyncClient, is_recoverable
+from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,11 @@ class ControlChannel:
         level: str = "published",
         debug_mode: bool = True,
         counters: dict[str, Any] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         register_secret(token)
+        #: How the websocket verifies TLS (None: the system CAs).
+        self._ssl = ssl_context
         self._base_url = url.rstrip("/")
         self.__token = token
         self._query = {
@@ -116,7 +121,7 @@ class ControlChannel:
         if self._closed:
             raise AvatarError(ErrorCode.CLOSED, "control channel closed")
         if self._http is None:
-            self._http = aiohttp.ClientSession()
+            self._http = aiohttp.ClientSession(connector=connector(self._ssl))
         client = RecoveringAsyncClient(http_session=self._http, logger=False, engineio_logger=False)
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
@@ -154,10 +159,15 @@ class ControlChannel:
             await self._drop_quietly()
             if client.refusal is not None:
                 raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(client.refusal)) from None
-            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__) from None
+            # engineio wraps an aiohttp certificate error: the cause hangs on __context__.
+            raise tls_error(exc, "Socket.IO") or AvatarError(
+                ErrorCode.TRANSPORT_CLOSED, type(exc).__name__
+            ) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             await self._drop_quietly()
-            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__) from None
+            raise tls_error(exc, "Socket.IO") or AvatarError(
+                ErrorCode.TRANSPORT_CLOSED, type(exc).__name__
+            ) from None
         self.connect_count += 1
         self.last_activity = time.monotonic()
         return ConnectOutcome(

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from ..redact import register_secret
+from .tls import connector, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,8 @@ CONVERSE_PATH = "/assistant/converse"
 
 @dataclass(frozen=True, slots=True)
 class GenieOutcome:
-    """How one request went. ``reason``: ``ok``, ``http_error``, ``network_error``, ``timeout``."""
+    """How one request went. ``reason``: ``ok``, ``http_error``, ``network_error``,
+    ``tls_failed`` (the certificate was not trusted: not worth retrying), ``timeout``."""
 
     ok: bool
     reason: str
@@ -33,13 +36,21 @@ class GenieClient:
     """Authorised JSON POSTs to the genie host (``Authorization: KS <token>``)."""
 
     def __init__(
-        self, base_url: str, token: str, *, http: aiohttp.ClientSession | None = None
+        self,
+        base_url: str,
+        token: str,
+        *,
+        http: aiohttp.ClientSession | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: how https is verified (None: the system CAs); it also applies to
+        the sessions this client makes for itself later (a detached copy included)."""
         register_secret(token)
         self.base_url = base_url.rstrip("/")
         self.__token = token
         self._http = http
         self._own_http = http is None
+        self._ssl = ssl_context
 
     def __repr__(self) -> str:
         return f"<GenieClient {self.base_url}>"
@@ -50,7 +61,7 @@ class GenieClient:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession()
+            self._http = aiohttp.ClientSession(connector=connector(self._ssl))
             self._own_http = True
         return self._http
 
@@ -67,6 +78,10 @@ class GenieClient:
         except TimeoutError:
             return GenieOutcome(False, "timeout")
         except (aiohttp.ClientError, OSError, ValueError) as exc:
+            reason = tls_failure(exc)
+            if reason is not None:
+                log.warning("genie POST %s: TLS failed (%s)", path, reason)
+                return GenieOutcome(False, "tls_failed")
             log.info("genie POST %s failed: %s", path, type(exc).__name__)
             return GenieOutcome(False, "network_error")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -32,8 +33,9 @@ from ..wire import (
     build_stv_new_session,
 )
 from .asr import AsrUplink, UplinkTrack
+from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
-from .stv import FanoutTrack, StvDownlink
+from .stv import FanoutTrack, StvDownlink, whep_http_session
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +63,20 @@ class MediaLanes:
         video: bool,
         allow_private: bool,
         turn: TurnConfig | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        host_guard: HostGuard | None = None,
     ) -> None:
+        """``ssl_context``: how WHEP over https verifies the server (None: system CAs).
+        ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
+        (default: one on the system resolver; injectable for tests)."""
         self._config = config
         self._uplink_track = uplink_track
         self._outputs = outputs
         self._video = video
         self._allow_private = allow_private
         self._turn = turn
+        self._ssl = ssl_context
+        self._guard = None if allow_private else host_guard or HostGuard()
         self.room_id: str | None = None
         self._closed = False
         self._candidate_tasks: set[asyncio.Task[None]] = set()
@@ -115,7 +124,7 @@ class MediaLanes:
             return
         started = time.monotonic()
         if self._http is None:
-            self._http = aiohttp.ClientSession()
+            self._http = whep_http_session(guard=self._guard, ssl_context=self._ssl)
         self.stv_url = stv.webrtc_url
         self.stv = self._new_downlink()
         await self.stv.subscribe(stv.webrtc_url, max(0.05, deadline_left()))
@@ -138,13 +147,14 @@ class MediaLanes:
     def _new_downlink(self) -> StvDownlink:
         self._check_open()
         if self._http is None:
-            self._http = aiohttp.ClientSession()
+            self._http = whep_http_session(guard=self._guard, ssl_context=self._ssl)
         link = StvDownlink(
             http=self._http,
             configuration=rtc_configuration(self._turn, relay_only=True),
             allow_private=self._allow_private,
             video=self._video,
             outputs=self._outputs,
+            guard=self._guard,
         )
         self._watch(link.pc)
         return link

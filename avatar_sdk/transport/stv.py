@@ -9,19 +9,21 @@ reading ``session.avatar_video`` keeps reading across re-subscribes.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
+import ssl
 import time
 from collections import deque
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..errors import AvatarError, ErrorCode
+from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
+from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +35,28 @@ _WHEP_HINTS = {
 }
 
 
+#: Redirect statuses: a WHEP request never follows one (its target was never checked).
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
 def is_private_host(url: str) -> bool:
-    """True for loopback, private and link-local literal hosts (and ``localhost``)."""
-    host = (urlsplit(url).hostname or "").lower()
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    return addr.is_private or addr.is_loopback or addr.is_link_local
+    """True when the host of ``url``, as spelled, is a local name or a non-public address
+    (any numeric form: ``0x7f000001`` is 127.0.0.1). Names are not resolved here: the
+    WHEP requests themselves are guarded at connect time (:class:`HostGuard`)."""
+    return spelled_private(host_of(url)) is not None
+
+
+def whep_http_session(
+    *, guard: HostGuard | None, ssl_context: ssl.SSLContext | None
+) -> aiohttp.ClientSession:
+    """The HTTP session of a session's WHEP requests: TLS verified with ``ssl_context``,
+    and, with a ``guard``, connections only to the addresses it checked (DNS asked once)."""
+    if guard is None:
+        return aiohttp.ClientSession(connector=connector(ssl_context))
+    # aiohttp's DNS cache is off: a re-subscribe checks (and pins) the host afresh.
+    return aiohttp.ClientSession(
+        connector=connector(ssl_context, resolver=guard.resolver, use_dns_cache=False)
+    )
 
 
 class FanoutTrack(MediaStreamTrack):
@@ -93,9 +105,14 @@ class StvDownlink:
         allow_private: bool,
         video: bool,
         outputs: dict[str, FanoutTrack],
+        guard: HostGuard | None = None,
     ) -> None:
+        """``guard``: the :class:`HostGuard` whose resolver ``http`` connects through (see
+        :func:`whep_http_session`); without one, hosts are still resolved and checked
+        before each request, but the connection is not pinned to what was checked."""
         self._http = http
         self._allow_private = allow_private
+        self._guard = None if allow_private else guard or HostGuard()
         self._video = video
         self._outputs = outputs
         self.pc = RTCPeerConnection(configuration)
@@ -116,24 +133,31 @@ class StvDownlink:
     def state(self) -> str:
         return str(self.pc.connectionState)
 
-    def _check_host(self, url: str, what: str) -> None:
-        if not self._allow_private and is_private_host(url):
-            raise AvatarError(
-                ErrorCode.INSECURE_TRANSPORT,
-                f"{what} points at a private host"
-                " (pass allow_insecure_transport=True for a local backend)",
-            )
+    async def _check_host(self, url: str) -> None:
+        """Refuse (``INSECURE_TRANSPORT``) a URL whose host is or resolves to a non-public
+        address, unless private hosts are allowed; pins the checked addresses."""
+        if self._guard is not None:
+            await self._guard.check(url)
 
     async def subscribe(self, url: str, timeout: float) -> None:
         """WHEP: POST our offer, apply the 201 answer. Raises ``AvatarError`` on failure."""
-        self._check_host(url, "WHEP URL")
+        try:
+            async with asyncio.timeout(timeout):
+                await self._check_host(url)
+        except TimeoutError:
+            raise AvatarError(
+                ErrorCode.CONNECT_TIMEOUT, f"WHEP host lookup unanswered in {timeout:.3g}s"
+            ) from None
         offer = await self.pc.createOffer()
         await set_local_description(self.pc, offer)
         sdp = self.pc.localDescription.sdp
         try:
             async with asyncio.timeout(timeout):
                 async with self._http.post(
-                    url, data=sdp.encode(), headers={"Content-Type": "application/sdp"}
+                    url,
+                    data=sdp.encode(),
+                    headers={"Content-Type": "application/sdp"},
+                    allow_redirects=False,
                 ) as resp:
                     body = await resp.text()
                     status = resp.status
@@ -143,9 +167,16 @@ class StvDownlink:
                 ErrorCode.CONNECT_TIMEOUT, f"WHEP POST unanswered in {timeout:.3g}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
+            raise _request_error(exc, "WHEP POST") from None
+        if status in _REDIRECTS:
+            # The host only, cut short: the rest of a hostile Location is not worth echoing.
+            target = (host_of(urljoin(url, location)) if location else "") or "nowhere"
+            target = target[:100]
             raise AvatarError(
-                ErrorCode.MEDIA_FAILED, f"WHEP POST failed ({type(exc).__name__})"
-            ) from None
+                ErrorCode.MEDIA_FAILED,
+                f"WHEP {status} redirect to {target} not followed"
+                " (WHEP requests never follow redirects: use the final URL)",
+            )
         if status == 404:
             raise AvatarError(ErrorCode.SESSION_GONE, "WHEP 404: " + _WHEP_HINTS[404])
         if not 200 <= status < 300:
@@ -153,7 +184,8 @@ class StvDownlink:
             raise AvatarError(ErrorCode.MEDIA_FAILED, f"WHEP {status}: {hint}")
         if location:
             resolved = urljoin(url, location)
-            self._check_host(resolved, "WHEP Location")
+            # A resource on a host we refuse to talk to is never DELETEd either.
+            await self._check_host(resolved)
             self.location = resolved
         await apply_answer(self.pc, body, ErrorCode.MEDIA_FAILED, "WHEP answer")
         self.subscribed_at = time.monotonic()
@@ -194,7 +226,7 @@ class StvDownlink:
             self._deleted = True
             try:
                 async with asyncio.timeout(timeout):
-                    async with self._http.delete(self.location) as resp:
+                    async with self._http.delete(self.location, allow_redirects=False) as resp:
                         if resp.status >= 300:
                             log.info("WHEP DELETE answered %s", resp.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -204,3 +236,14 @@ class StvDownlink:
             task.cancel()
         if self._pumps:
             await asyncio.wait(set(self._pumps), timeout=timeout)
+
+
+def _request_error(exc: BaseException, what: str) -> AvatarError:
+    """The classified error of a failed WHEP request (a refused host, TLS, or the network)."""
+    refused = refusal_in(exc)
+    if refused is not None:
+        return AvatarError(ErrorCode.INSECURE_TRANSPORT, str(refused))
+    tls = tls_error(exc, what)
+    if tls is not None:
+        return tls
+    return AvatarError(ErrorCode.MEDIA_FAILED, f"{what} failed ({type(exc).__name__})")

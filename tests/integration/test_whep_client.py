@@ -115,7 +115,8 @@ async def test_private_location_is_refused_without_the_flag(endpoint: Endpoint) 
     )
     # The request URL is loopback too, so check the Location rule on its own.
     with pytest.raises(AvatarError) as info:
-        link._check_host(endpoint.location, "WHEP Location")
+        await link._check_host(endpoint.location)
     assert info.value.code is ErrorCode.INSECURE_TRANSPORT
+    assert "WHEP host 10.1.2.3 is a private address" in str(info.value)
     await link.close()
     await http.close()

@@ -86,3 +86,13 @@ def test_ice_zero_candidates_floor_is_gone() -> None:
     assert "ice_zero_candidates_floor" not in {f.name for f in dataclasses.fields(SessionConfig)}
     with pytest.raises(TypeError):
         SessionConfig(ice_zero_candidates_floor=3.0)  # type: ignore[call-arg]
+
+
+def test_event_queue_size_is_a_positive_int() -> None:
+    assert SessionConfig().event_queue_size == 10_000
+    assert SessionConfig(event_queue_size=1).event_queue_size == 1
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(AvatarError) as info:
+            SessionConfig(event_queue_size=bad)  # type: ignore[arg-type]
+        assert info.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "event_queue_size" in str(info.value)

@@ -15,7 +15,7 @@ import pytest
 import avatar_sdk
 from avatar_sdk import AvatarError, ErrorCode, EventName
 from avatar_sdk.event_types import PAYLOADS
-from avatar_sdk.events import Event, EventBus
+from avatar_sdk.events import Event, EventBus, EventSource
 
 SOURCE = Path(avatar_sdk.__file__).parent
 
@@ -175,7 +175,7 @@ async def test_events_iterator_keeps_the_newest_events_up_to_its_cap() -> None:
     for name in ("a", "b", "c"):
         bus.emit(name)
     bus.close_streams()
-    assert [e.name async for e in stream] == ["b", "c"]
+    assert [e.name async for e in stream] == ["events_dropped", "b", "c"]
     assert stream.dropped == 1
 
 
@@ -280,3 +280,53 @@ def test_every_event_name_is_documented() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text()
     missing = [str(n) for n in EventName if f"`{n}`" not in docs]
     assert not missing
+
+
+# -- a consumer that falls behind (issue 12, defect 5) ----------------------------------------
+async def test_a_stream_that_fell_behind_is_told_where_and_how_many_it_lost() -> None:
+    bus = EventBus()
+    stream = bus.events(cap=3)
+    for i in range(10):
+        bus.emit("tick", {"i": i})
+    gap = await anext(stream)
+    assert gap.name == "events_dropped" and gap.data == {"count": 7, "total": 7}
+    assert (await anext(stream)).data["i"] == 7
+    for i in range(10, 15):  # queue [8, 9] + 5 more, cap 3: 8, 9, 10, 11 are lost
+        bus.emit("tick", {"i": i})
+    gap = await anext(stream)
+    assert gap.data == {"count": 4, "total": 11}
+    bus.close_streams()
+    assert [e.data["i"] async for e in stream] == [12, 13, 14]
+    assert stream.dropped == 11
+
+
+async def test_the_gap_notice_reaches_a_filtered_stream_and_counts_per_bus() -> None:
+    bus = EventBus()
+    small = bus.events("tick", cap=2)
+    large = bus.events(cap=100)
+    for i in range(5):
+        bus.emit("tick", {"i": i})
+    bus.emit("other")  # filtered out of `small`: neither queued nor dropped there
+    bus.close_streams()
+    assert [e.name async for e in small] == ["events_dropped", "tick", "tick"]
+    assert small.dropped == 3 and large.dropped == 0
+    assert bus.dropped == 3  # the total across every stream of the bus
+
+
+async def test_a_bus_counts_drops_into_the_session_stats() -> None:
+    bus = EventBus()
+    stats: dict[str, Any] = {}
+    bus.configure(queue_size=2, counters=stats)
+    assert stats["events_dropped"] == 0
+    stream = bus.events()  # the configured default bound
+    for _ in range(5):
+        bus.emit("tick")
+    assert stats["events_dropped"] == 3 == stream.dropped
+    await stream.aclose()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+async def test_a_bad_queue_bound_is_an_invalid_argument(bad: Any) -> None:
+    with pytest.raises(AvatarError) as info:
+        EventSource().events(max_queue=bad)
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import fractions
+import ipaddress
 
 import av
 import numpy as np
@@ -12,6 +13,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from avatar_sdk import ErrorCode
 from avatar_sdk.transport.asr import UplinkTrack, classify_source_error
+from avatar_sdk.transport.hostguard import address_kind
 from avatar_sdk.transport.ice import TurnConfig, rtc_configuration
 from avatar_sdk.transport.stv import FanoutTrack, is_private_host
 
@@ -28,10 +30,45 @@ from avatar_sdk.transport.stv import FanoutTrack, is_private_host
         ("https://localhost/whep", True),
         ("https://srs.avatar.example/whep", False),
         ("https://8.8.8.8/whep", False),
+        # every spelling the system resolver reads as a loopback/private address
+        ("https://0x7f000001:8443/whep", True),
+        ("https://127.1/whep", True),
+        ("https://2130706433/whep", True),
+        ("https://0177.0.0.1/whep", True),
+        ("https://0xa.1/whep", True),  # 10.0.0.1
+        ("https://localhost./whep", True),
+        ("https://media.localhost/whep", True),
+        ("https://0.0.0.0/whep", True),
+        ("https://100.64.1.1/whep", True),  # carrier-grade NAT: not the Internet
+        ("https://224.0.0.1/whep", True),
+        ("https://[fe80::1]/whep", True),
+        ("https://[fc00::1]/whep", True),
+        ("https://[2002:7f00:1::]/whep", True),  # 6to4 wrapping 127.0.0.1
+        ("https://0x08080808/whep", False),  # 8.8.8.8
+        ("https://cafe.example/whep", False),  # hex-looking letters, a name
+        ("https://[2606:4700::1111]/whep", False),
     ],
 )
 def test_private_hosts(url: str, private: bool) -> None:
     assert is_private_host(url) is private
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("::ffff:127.0.0.1", "a loopback address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("169.254.169.254", "a link-local address"),  # cloud metadata
+        ("239.1.2.3", "a multicast address"),
+        ("192.168.0.1", "a private address"),
+        ("100.64.0.1", "a non-public address"),
+        ("93.184.216.34", None),
+    ],
+)
+def test_each_refused_address_is_named(address: str, kind: str | None) -> None:
+    assert address_kind(ipaddress.ip_address(address)) == kind
 
 
 def test_turn_urls_carry_explicit_port_and_transport() -> None:
