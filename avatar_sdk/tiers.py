@@ -209,7 +209,7 @@ class RecoveryController:
             async for attempt in retrying:
                 with attempt:
                     await self._socket_attempt(link, reason, attempt.retry_state, window_ends)
-        except AvatarError as error:  # refused for good (auth): no other tier can help
+        except AvatarError as error:  # refused for good (auth, TLS): no other tier can help
             outcome = Outcome("socket", False, error=error, end_reason=str(error.code))
             await self._on_outcome(outcome)
             return outcome
@@ -246,8 +246,8 @@ class RecoveryController:
         try:
             result = await link.channel.reconnect(min(cfg.server_connect_timeout, remaining))
         except AvatarError as error:
-            if error.code is ErrorCode.AUTH_FAILED:
-                raise
+            if not error.retryable and error.code is not ErrorCode.CLOSED:
+                raise  # auth refused, TLS not trusted: no other tier can help
             raise _TryAgain from error
         if not result.recovered:
             raise _Escalate  # the server answered with a fresh session: nothing to resume
