@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest_asyncio
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.transport.media import MediaLanes
 
 #: Shrunk timeouts: behaviour is the same, tests finish fast.
 FAST = SessionConfig(
@@ -54,3 +58,52 @@ def sdk_tasks() -> list[asyncio.Task[Any]]:
         if any(k in text for k in ("avatar_sdk", "socketio", "engineio")) and "testing" not in text:
             alive.append(task)
     return alive
+
+
+async def until(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, step: float = 0.02
+) -> bool:
+    """Poll ``predicate`` (sync or async) until it holds or ``timeout`` seconds pass;
+    returns its last value.
+
+    The bounded wait for a state that has no event of its own (a server-side counter, a
+    peer's state): it returns as soon as the state is reached, never sleeps a fixed time.
+    Use it as ``assert await until(...)``."""
+
+    async def holds() -> bool:
+        value = predicate()
+        return bool(await value) if inspect.isawaitable(value) else bool(value)
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await holds():
+            return True
+        await asyncio.sleep(step)
+    return await holds()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judgement of the media watchdog: how long it had been watching the channel it
+    asked about, and what it found dead (empty: all well)."""
+
+    watched_for: float
+    down: dict[str, str]
+
+
+def spy_on_media_watchdog(lanes: MediaLanes) -> list[Verdict]:
+    """Record every judgement the session's media watchdog makes of ``lanes`` from now on
+    (the real ``down_channels`` still answers). Lets a test wait for the positive fact "the
+    watchdog looked at healthy media for N seconds" instead of sleeping N seconds and
+    checking that no recovery started."""
+    verdicts: list[Verdict] = []
+    judge = lanes.down_channels
+
+    def spy(now: float, stall: float, since: float | None = None) -> dict[str, str]:
+        down = judge(now, stall, since)
+        watched = now - since if since is not None else 0.0
+        verdicts.append(Verdict(watched, dict(down)))
+        return down
+
+    lanes.down_channels = spy  # type: ignore[method-assign]
+    return verdicts
