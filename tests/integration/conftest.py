@@ -1,9 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +10,8 @@ import pytest_asyncio
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.media import MediaLanes
+
+from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
 
 #: Shrunk timeouts: behaviour is the same, tests finish fast.
 FAST = SessionConfig(
@@ -58,28 +58,6 @@ def sdk_tasks() -> list[asyncio.Task[Any]]:
         if any(k in text for k in ("avatar_sdk", "socketio", "engineio")) and "testing" not in text:
             alive.append(task)
     return alive
-
-
-async def until(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, step: float = 0.02
-) -> bool:
-    """Poll ``predicate`` (sync or async) until it holds or ``timeout`` seconds pass;
-    returns its last value.
-
-    The bounded wait for a state that has no event of its own (a server-side counter, a
-    peer's state): it returns as soon as the state is reached, never sleeps a fixed time.
-    Use it as ``assert await until(...)``."""
-
-    async def holds() -> bool:
-        value = predicate()
-        return bool(await value) if inspect.isawaitable(value) else bool(value)
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await holds():
-            return True
-        await asyncio.sleep(step)
-    return await holds()
 
 
 @dataclass(frozen=True)
