@@ -176,8 +176,7 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
     errors: list[str] = []
     bus.on("callback_error", lambda e: errors.append(e.data["event"]))
     unsubscribe = bus.on("x", lambda e: seen.append("second"))
-    waiter = asyncio.ensure_future(bus.wait_for("x", 1))
-    await asyncio.sleep(0)
+    waiter = bus.wait_for("x", 1)  # registered now, awaited below
     bus.emit("x", {"v": "a"})
     unsubscribe()
     bus.emit("x", {"v": "b"})

@@ -78,8 +78,7 @@ async def test_wait_for_and_expect_on_a_closed_bus_fail_at_once(how: str) -> Non
 async def test_pending_waiters_fail_with_closed_when_the_bus_closes() -> None:
     bus = EventBus()
     waiter = bus.expect("x")
-    waiting = asyncio.ensure_future(bus.wait_for("y"))
-    await asyncio.sleep(0)
+    waiting = bus.wait_for("y")  # registered now, awaited below
     await bus.aclose()
     for pending in (waiter, waiting):
         with pytest.raises(AvatarError) as caught:
