@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest_asyncio
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.transport.media import MediaLanes
+
+from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
 
 #: Shrunk timeouts: behaviour is the same, tests finish fast.
 FAST = SessionConfig(
@@ -54,3 +58,30 @@ def sdk_tasks() -> list[asyncio.Task[Any]]:
         if any(k in text for k in ("avatar_sdk", "socketio", "engineio")) and "testing" not in text:
             alive.append(task)
     return alive
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judgement of the media watchdog: how long it had been watching the channel it
+    asked about, and what it found dead (empty: all well)."""
+
+    watched_for: float
+    down: dict[str, str]
+
+
+def spy_on_media_watchdog(lanes: MediaLanes) -> list[Verdict]:
+    """Record every judgement the session's media watchdog makes of ``lanes`` from now on
+    (the real ``down_channels`` still answers). Lets a test wait for the positive fact "the
+    watchdog looked at healthy media for N seconds" instead of sleeping N seconds and
+    checking that no recovery started."""
+    verdicts: list[Verdict] = []
+    judge = lanes.down_channels
+
+    def spy(now: float, stall: float, since: float | None = None) -> dict[str, str]:
+        down = judge(now, stall, since)
+        watched = now - since if since is not None else 0.0
+        verdicts.append(Verdict(watched, dict(down)))
+        return down
+
+    lanes.down_channels = spy  # type: ignore[method-assign]
+    return verdicts

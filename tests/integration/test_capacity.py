@@ -9,7 +9,7 @@ import pytest
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST, SessionFactory, sdk_tasks
+from .conftest import FAST, SessionFactory, sdk_tasks, until
 
 QUICK = FAST.with_(capacity_backoff=(0.2, 0.3), capacity_max_wait=5.0)
 
@@ -44,7 +44,7 @@ async def test_capacity_wait_is_bounded(
     assert info.value.code is ErrorCode.CAPACITY_UNAVAILABLE
     assert session.state == "failed"
     assert session.health().category == "capacity"
-    await asyncio.sleep(0.05)
+    assert await until(lambda: staging.live_sids == [], 2)  # every attempt's socket closed
     assert sdk_tasks() == []
 
 

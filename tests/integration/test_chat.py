@@ -14,8 +14,11 @@ from aiohttp import web
 
 from avatar_sdk import AvatarError, ErrorCode, SessionConfig
 from avatar_sdk.chat import MAX_LINE_BYTES, SPIRAL_RECOVERY_PREFIX, ChatSession, converse_once
+from avatar_sdk.clock import FakeClock
 from avatar_sdk.events import Event
 from avatar_sdk.testing import StagingServer
+
+from .conftest import until
 
 FAST = SessionConfig(close_timeout=1.0, session_complete_timeout=2.0, server_connect_timeout=2.0)
 ChatFactory = Callable[..., ChatSession]
@@ -62,10 +65,7 @@ def chat_tasks() -> list[asyncio.Task[Any]]:
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+    assert await until(predicate, timeout, step=0.01), "condition not reached in time"
 
 
 async def test_two_turn_chat(staging: StagingServer, make_chat: ChatFactory) -> None:
@@ -198,24 +198,34 @@ async def test_soft_spiral_signalled_once_per_turn(
 
 
 async def test_brain_stalled_repeats_then_clears(
-    staging: StagingServer, make_chat: ChatFactory
+    staging: StagingServer, make_chat: ChatFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = 0.4
     chat = make_chat(config=FAST.with_(brain_stall_timeout=window))
+    # The stall watchdog runs on a fake clock. ChatSession takes no ``clock`` argument
+    # (AvatarSession does); its guards do, so the test hands them one before the first turn.
+    clock = FakeClock()
+    monkeypatch.setattr(chat._guards, "_clock", clock)
     stalls = record(chat, "brain_stalled")
-    staging.brain.stall(1.0)  # a think segment first (it does not count), then silence
-    reply = await chat.send("are you there?")
+    armed = chat.expect("response_pending", timeout=5)  # the turn went out: the dog is armed
+    staging.brain.stall(1.0)  # a think segment first (it does not count), then real silence
+    turn = asyncio.ensure_future(chat.send("are you there?"))
+    await armed
+    await clock.advance(window)
+    assert await until(lambda: len(stalls) == 1, 2)
+    await clock.advance(window)  # it repeats every window
+    assert await until(lambda: len(stalls) == 2, 2)
+    reply = await turn
     assert reply.text == "You said: are you there?"
+    await clock.advance(window * 10)  # the spoken text cleared it: no third firing
     assert [e.data for e in stalls] == [
         {"after": window, "count": 1},
         {"after": window, "count": 2},
     ]
-    await asyncio.sleep(window * 1.5)  # the spoken text cleared it: no third firing
-    assert len(stalls) == 2
 
     staging.brain.reply("Quick answer.")
     await chat.send("quick?")
-    await asyncio.sleep(window * 1.5)
+    await clock.advance(window * 10)
     assert len(stalls) == 2
 
 
@@ -383,7 +393,7 @@ async def test_envelopes_keepalives_and_bad_lines(make_chat: ChatFactory) -> Non
         await response.write(b"\nnot json\n")
         for _ in range(2):  # pings prove nothing: the brain is still silent
             await response.write(b'{"type":"keepalive","content":""}\n')
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the scenario: a silent brain, pinging
         await response.write(b'{"type":"text","content":"' + b"x" * (MAX_LINE_BYTES + 10) + b'"}\n')
         await response.write(
             b'{"type":"text","content":"Hello"}\n{"type":"text","content":" there"}'

@@ -35,7 +35,7 @@ async def test_standalone_staging_serves_sessions_and_faults() -> None:
             info["url"], info["token"], media=False, allow_insecure_transport=True, config=FAST
         )
         await session.connect()
-        waiter = asyncio.ensure_future(session.wait_for("reconnected", 5))
+        waiter = session.expect("reconnected", timeout=5)
         async with aiohttp.ClientSession() as http:
             url = f"{info['url']}/_control/faults/drop_socket"
             async with http.post(url, json={"recovery": True}) as resp:

@@ -11,7 +11,7 @@ from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 
-from .conftest import FAST, SessionFactory, sdk_tasks
+from .conftest import FAST, SessionFactory, sdk_tasks, until
 
 
 async def test_full_connect_sequence_walks_every_declared_state(
@@ -94,8 +94,7 @@ async def test_withheld_handshake_step_fails_with_its_code_within_its_timeout(
     assert info.value.code is code
     assert session.state == "failed"
     assert elapsed < bound + 1.0
-    await asyncio.sleep(0.05)
-    assert staging.live_sids == []  # the attempt's socket was closed
+    assert await until(lambda: staging.live_sids == [], 2)  # the attempt's socket was closed
     assert sdk_tasks() == []
 
 
@@ -124,8 +123,14 @@ async def test_server_never_answers_a_join_without_token(staging: StagingServer)
 
     await client.connect(staging.url, auth={"token": staging.token}, transports=["websocket"])
     await client.emit("join", {"room": "r1", "channel": "r1", "kaltura": {}})
-    await asyncio.sleep(0.3)
-    assert got == ["onServerConnected"]
+    # The server has handled the join (it decides without awaiting anything); a marker it
+    # emits now reaches us after any answer it could have given, on the same socket.
+    assert await until(lambda: staging.received_events("join"), 2)
+    conv = staging.conversations[staging.live_sids[0]]
+    await conv.emit("testMarker", {})
+    assert await until(lambda: "testMarker" in got, 2)
+    assert got == ["onServerConnected", "testMarker"]
+    assert not conv.joined
     await client.close_gracefully(1.0)
 
 
@@ -150,8 +155,9 @@ async def test_cancelled_connect_tears_down_within_close_timeout(
 ) -> None:
     staging.faults.withhold("showAgent")
     session = make_session()
+    waiting = session.expect("state_changed", lambda e: e.data["state"] == "connecting_agent", 2)
     task = asyncio.ensure_future(session.connect())
-    await asyncio.sleep(0.1)
+    await waiting
     assert session.state == "connecting_agent"
     started = time.monotonic()
     task.cancel()
@@ -159,8 +165,7 @@ async def test_cancelled_connect_tears_down_within_close_timeout(
         await task
     assert time.monotonic() - started < FAST.close_timeout + 0.2
     assert session.state == "ended"
-    await asyncio.sleep(0.05)
-    assert staging.live_sids == []
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
 
 
@@ -169,8 +174,10 @@ async def test_close_during_connect_raises_closed(
 ) -> None:
     staging.faults.withhold("joinComplete")
     session = make_session()
+    joining = session.expect("state_changed", lambda e: e.data["state"] == "connecting_joining", 2)
     task = asyncio.ensure_future(session.connect())
-    await asyncio.sleep(0.1)
+    await joining
+    assert await until(lambda: staging.received_events("join"), 2)  # waiting for joinComplete
     await session.close()
     with pytest.raises(AvatarError) as info:
         await task
@@ -185,9 +192,8 @@ async def test_close_leaves_no_task_and_no_socket(
     await session.connect()
     await session.speak("hello")
     await session.close()
-    await asyncio.sleep(0.05)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
-    assert staging.live_sids == []
     # A graceful disconnect: the server keeps nothing for recovery.
     assert staging.sio.sessions_by_sid == {}
     assert session.state == "ended"

@@ -11,8 +11,7 @@ import pytest
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST, SessionFactory
-from .test_staging_media import until
+from .conftest import FAST, SessionFactory, until
 
 #: Resend at once after a recovery when nothing confirms a turn: a resend that should
 #: not happen shows up before anything else the test waits for.

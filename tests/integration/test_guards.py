@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
+import time
 from typing import Any
 
+from avatar_sdk.clock import FakeClock
 from avatar_sdk.guards import SPIRAL_RECOVERY_PREFIX
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.wire import In
+from avatar_sdk.wire import In, build_barge_in_marker, build_text_entered
 
-from .conftest import FAST, SessionFactory
+from .conftest import FAST, SessionFactory, until
 
 GUARDED = FAST.with_(tool_spiral_limit=3, hard_tool_spiral_limit=6, brain_stall_timeout=0.3)
 CALL = 'navigate_to_slide {"slide": 1}'
+
+
+def _session_clock() -> FakeClock:
+    """A fake clock for the session's watchdogs, started at the real monotonic time: the
+    socket's last-activity marks are real time, so the probe sees no bogus silence."""
+    return FakeClock(start=time.monotonic())
 
 
 def _names(session: Any) -> list[str]:
@@ -66,8 +73,8 @@ async def test_hard_spiral_rebuilds_on_a_new_socket_and_resends_the_turn_once(
     thread = session.thread_id
     old_sid = staging.live_sids[0]
     staging.brain.tool_calls([CALL] * 8)
-    recovering = asyncio.ensure_future(session.wait_for("tool_spiral_recovering", 3))
-    recovered = asyncio.ensure_future(session.wait_for("spiral_recovered", 8))
+    recovering = session.expect("tool_spiral_recovering", timeout=3)
+    recovered = session.expect("spiral_recovered", timeout=8)
     await session.speak("walk me through the guidance range")
     assert (await recovering).data == {
         "count": 6,
@@ -95,7 +102,7 @@ async def test_a_second_spiral_resends_its_own_turn(
     session.on("spiral_recovered", lambda e: texts.append(e.data["text"]))
     for question in ("first stuck question", "second stuck question"):
         staging.brain.tool_calls([CALL] * 7)
-        waiter = asyncio.ensure_future(session.wait_for("spiral_recovered", 8))
+        waiter = session.expect("spiral_recovered", timeout=8)
         await session.speak(question)
         await waiter
         await session.wait_for("agent_turn_ended", 3)  # the resent turn is answered
@@ -112,13 +119,24 @@ async def test_recover_from_spiral_false_only_reports_the_turn(
     session = await _ready(make_session, config=GUARDED.with_(recover_from_spiral=False))
     names = _names(session)
     staging.brain.tool_calls([CALL] * 7)
-    recovering = asyncio.ensure_future(session.wait_for("tool_spiral_recovering", 3))
+    recovering = session.expect("tool_spiral_recovering", timeout=3)
+    rebuilt = session.expect("reconnected", timeout=5)
     await session.speak("show me the revenue widget")
     assert (await recovering).data["last_turn_text"] == "show me the revenue widget"
-    await session.wait_for("reconnected", 5)
-    await asyncio.sleep(0.2)
+    await rebuilt
+    await _answered_without_a_resend(staging, session)
     assert "spiral_recovered" not in names
-    assert staging.received_events("onTextEntered", sid=staging.live_sids[-1]) == []
+
+
+async def _answered_without_a_resend(staging: StagingServer, session: Any) -> None:
+    """After a cold rebuild: a turn spoken now is answered on the new server session, and it
+    is the only thing the client ever said there (a resend would have come before it)."""
+    answered = session.expect("agent_turn_ended", timeout=3)
+    await session.speak("is anyone there?")
+    await answered
+    new_sid = staging.live_sids[-1]
+    said = [r.payload for r in staging.received_events("onTextEntered", sid=new_sid)]
+    assert said == [build_barge_in_marker(), build_text_entered("is anyone there?")]
 
 
 async def test_socket_triggered_cold_reconnect_never_resends(
@@ -128,44 +146,55 @@ async def test_socket_triggered_cold_reconnect_never_resends(
     names = _names(session)
     await session.speak("a normal question")
     await session.wait_for("agent_turn_ended", 3)
+    rebuilt = session.expect("reconnected", timeout=5)
     await staging.faults.drop_socket(recovery=False)
-    await session.wait_for("reconnected", 5)
-    await asyncio.sleep(0.2)
+    assert (await rebuilt).data["tier"] == "cold"
+    await _answered_without_a_resend(staging, session)
     assert "spiral_recovered" not in names
-    assert staging.received_events("onTextEntered", sid=staging.live_sids[-1]) == []
 
 
 async def test_brain_stall_repeats_until_the_brain_speaks(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    session = await _ready(make_session)
+    clock = _session_clock()
+    session = await _ready(make_session, clock=clock)
     stalls: list[dict[str, Any]] = []
     session.on("brain_stalled", lambda e: stalls.append(e.data))
     names = _names(session)
-    staging.brain.stall(1.0)
+    staging.brain.stall(1.0)  # real seconds: the session's clock moves only when told to
+    answered = session.expect("agent_turn_ended", timeout=3)
     await session.speak("are you there?")
-    await session.wait_for("agent_turn_ended", 3)
-    count_at_answer = len(stalls)
-    await asyncio.sleep(0.7)
-    assert [s["count"] for s in stalls][:2] == [1, 2]
+    await clock.advance(0.3)  # one stall window of silence
+    assert await until(lambda: len(stalls) == 1, 2)
+    await clock.advance(0.3)  # and another: it repeats
+    assert await until(lambda: len(stalls) == 2, 2)
+    await answered
+    await clock.advance(3.0)  # ten more windows: spoken output cleared it, no more firings
+    assert [s["count"] for s in stalls] == [1, 2]
     assert all(s["after"] == 0.3 for s in stalls)
-    assert len(stalls) == count_at_answer  # spoken output cleared it: no more firings
     assert names.index("response_pending") < names.index("response_settled")
 
 
 async def test_tool_segments_do_not_clear_the_stall_watchdog(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    session = await _ready(make_session, config=GUARDED.with_(tool_spiral_limit=0))
+    clock = _session_clock()
+    session = await _ready(make_session, config=GUARDED.with_(tool_spiral_limit=0), clock=clock)
     conv = staging.conversations[staging.live_sids[0]]
-    waiter = asyncio.ensure_future(session.wait_for("brain_stalled", 2))
+    stalls: list[dict[str, Any]] = []
+    session.on("brain_stalled", lambda e: stalls.append(e.data))
     staging.brain.stall(5.0)  # the scripted answer stays silent: only our tool segments come
     await session.speak("do something")
-    for _ in range(5):
-        delta = json.dumps({"type": "tool", "content": CALL})
+    for slide in range(1, 6):  # a tool segment every 50 ms of the 0.3 s stall window
+        handled = session.expect("tool_call", timeout=2)
+        delta = json.dumps({"type": "tool", "content": f'navigate_to_slide {{"slide": {slide}}}'})
         await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "x1", "turnId": "t", "delta": delta})
-        await asyncio.sleep(0.05)
-    assert (await waiter).data["count"] == 1
+        await handled
+        await clock.advance(0.05)
+    assert stalls == []  # 0.25 s: not yet
+    await clock.advance(0.1)  # the window is over and only tool segments came: still silent
+    assert await until(lambda: bool(stalls), 2)
+    assert [s["count"] for s in stalls] == [1]
 
 
 async def test_tool_dispatch_validation_results_and_fused_calls(
@@ -200,7 +229,7 @@ async def test_tool_dispatch_validation_results_and_fused_calls(
     await seg("tool", 'navigate_to_slide {"slide": "three"}')
     await seg("text", "Here it is.")
     await session.wait_for("agent_text", 2)
-    await asyncio.sleep(0.1)
+    assert await until(lambda: len(results) >= 2, 2)  # the handlers' own tasks have run
     assert [c["name"] for c in calls] == ["open_filing", "highlight_chart"]
     assert calls[1]["args"] == {"chart": "q3"}  # the unnamed blob, attributed by its echo
     assert {r["call"]["name"]: r["ok"] for r in results} == {

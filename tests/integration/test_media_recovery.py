@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST
+from .conftest import FAST, spy_on_media_watchdog, until
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
 
@@ -28,16 +27,6 @@ async def _connected(staging: StagingServer, **kwargs: object) -> AvatarSession:
     return session
 
 
-async def _until(condition: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    """Poll ``condition`` until it holds or ``timeout`` passes; its last value."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(step)
-    return True
-
-
 async def test_the_uplink_deadline_follows_the_observed_report_cadence(
     staging: StagingServer,
 ) -> None:
@@ -51,7 +40,7 @@ async def test_the_uplink_deadline_follows_the_observed_report_cadence(
         assert lanes is not None
         start = lanes.asr_reports
         # Four more reports take ~2-6 s at aiortc's cadence; stop early on a recovery.
-        await _until(lambda: lanes.asr_reports - start >= 4 or bool(recovering), 12.0)
+        await until(lambda: lanes.asr_reports - start >= 4 or bool(recovering), 12.0)
         assert recovering == []
         assert lanes.asr_reports - start >= 4
         assert session.state == "connected"
@@ -98,10 +87,10 @@ async def test_uplink_recovery_is_verified_by_transport_and_rtp_not_the_first_re
         assert 0 < ev.data["duration"] < MEDIA.media_recovery_timeout
         # Audio reaches the server on the new peer...
         frames = staging.media.asr_stats(sid).frames
-        assert await _until(lambda: staging.media.asr_stats(sid).frames > frames + 10, 5.0)
+        assert await until(lambda: staging.media.asr_stats(sid).frames > frames + 10, 5.0)
         # ... and its receiver reports, the ongoing liveness signal, come after the verdict.
         reports = lanes.asr_reports
-        assert await _until(lambda: lanes.asr_reports > reports, 5.0)
+        assert await until(lambda: lanes.asr_reports > reports, 5.0)
         assert lanes.asr_report_at is not None
         assert lanes.asr_report_at > at_recovered["at"]  # type: ignore[operator]
         assert order == [("media_recovering", "asr"), ("media_recovered", "asr")]
@@ -131,7 +120,17 @@ async def test_a_healthy_session_never_recovers_spuriously(staging: StagingServe
     events: list[str] = []
     session.on("media_recovering", lambda e: events.append(e.data["channel"]))
     try:
-        await asyncio.sleep(5.0)
+        lanes = session.media
+        assert lanes is not None
+        verdicts = spy_on_media_watchdog(lanes)
+        reports = lanes.asr_reports
+        # Not a sleep: the watchdog has judged both channels for 5 s (2.5 stall windows)
+        # while the uplink's receiver reports kept coming, and found nothing dead.
+        assert await until(
+            lambda: any(v.watched_for >= 5.0 for v in verdicts) and lanes.asr_reports > reports,
+            15,
+        )
+        assert [v.down for v in verdicts if v.down] == []
         assert events == []
         assert session.state == "connected"
     finally:
@@ -197,7 +196,8 @@ async def test_asr_failure_renegotiates_on_the_live_socket_keeping_mute(
         offers = [r.payload for r in staging.received_events("asr-webrtc-offer")]
         assert [o["is_reconnect"] for o in offers] == [False, True]
         assert session.media is not None and session.media.stv is stv_link  # downlink untouched
-        await asyncio.sleep(0.5)
+        frames = staging.media.asr_stats(sid).frames
+        assert await until(lambda: staging.media.asr_stats(sid).frames > frames + 10, 5)
         stats = staging.media.asr_stats(sid)
         assert stats.last_rms == 0.0  # still muted after the new peer
         assert len(staging.received_events("join")) == 1
@@ -213,7 +213,7 @@ async def test_silently_dead_uplink_is_detected_by_missing_receiver_reports(
         lanes = session.media
         assert lanes is not None
         # Before the peer's first report only its transport state could judge it.
-        assert await _until(lambda: lanes.asr_cadence.deadline() is not None, 5.0)
+        assert await until(lambda: lanes.asr_cadence.deadline() is not None, 5.0)
         started = time.monotonic()
         await staging.faults.ice_failure("asr", mode="blackhole")
         deadline = lanes.asr_cadence.deadline()  # no report after the blackhole: final
@@ -269,11 +269,7 @@ async def test_both_channels_down_at_once_both_recover(staging: StagingServer) -
         session.on("media_recovered", lambda e: channels.append(e.data["channel"]))
         await staging.faults.ice_failure("stv")
         await staging.faults.ice_failure("asr")
-        for _ in range(40):
-            if sorted(channels) == ["asr", "stv"]:
-                break
-            await asyncio.sleep(0.2)
-        assert sorted(channels) == ["asr", "stv"]
+        assert await until(lambda: sorted(channels) == ["asr", "stv"], 8)
         assert session.state == "connected"
     finally:
         await session.close()
@@ -285,10 +281,16 @@ async def test_resume_after_the_server_released_the_media_rebuilds_it(
     session = await _connected(staging)
     try:
         await session.pause()
-        released = asyncio.ensure_future(session.wait_for("session_released", 3))
+        released = session.expect("session_released", timeout=3)
         await staging.faults.release_session()
         assert (await released).data["reason"] == "ready"
-        await asyncio.sleep(0.3)
+        old = session.media
+        assert old is not None and old.asr is not None and old.stv is not None
+        released_pcs = (old.asr.pc, old.stv.pc)
+        # The client sees the released peers go down before it resumes.
+        assert await until(
+            lambda: all(pc.connectionState in ("closed", "failed") for pc in released_pcs), 3
+        )
         recovering: list[object] = []
         session.on("media_recovering", recovering.append)
         await session.resume()
@@ -299,9 +301,15 @@ async def test_resume_after_the_server_released_the_media_rebuilds_it(
         assert video is not None
         assert await asyncio.wait_for(video.recv(), 3) is not None
         sid = staging.live_sids[0]
-        await asyncio.sleep(0.8)
-        assert staging.media.asr_stats(sid).frames > 0
-        assert recovering == []  # a rebuild on resume, not a recovery
+        assert await until(lambda: staging.media.asr_stats(sid).frames > 0, 5)
+        # A rebuild on resume, not a recovery: the watchdog judges the rebuilt media healthy.
+        lanes = session.media
+        assert lanes is not None
+        verdicts = spy_on_media_watchdog(lanes)
+        assert await until(lambda: any(v.watched_for >= 0.8 for v in verdicts), 5)
+        assert [v.down for v in verdicts if v.down] == []
+        assert recovering == []
+        assert session.state == "connected"
         assert len(staging.received_events("join")) == 1
     finally:
         await session.close()
@@ -316,7 +324,13 @@ async def test_a_slow_gate_does_not_make_the_healthy_uplink_look_dead(
     channels: list[str] = []
     session.on("media_recovering", lambda e: channels.append(e.data["channel"]))
     try:
-        await asyncio.sleep(1.5)
+        lanes = session.media
+        assert lanes is not None
+        verdicts = spy_on_media_watchdog(lanes)
+        # The watchdog has judged the uplink for 1.5 s since 'connected' (the downlink still
+        # stalled) and never found it dead.
+        assert await until(lambda: any(v.watched_for >= 1.5 for v in verdicts), 5)
+        assert [v.down for v in verdicts if "asr" in v.down] == []
         assert "asr" not in channels
         assert staging.media.asr_stats(staging.live_sids[0]).offers == 1
     finally:
@@ -344,13 +358,13 @@ async def test_mute_survives_the_socket_tier(staging: StagingServer) -> None:
     session = await _connected(staging)
     try:
         session.mic_enabled = False
-        await asyncio.sleep(0.3)
-        waiter = asyncio.ensure_future(session.wait_for("reconnected", 5))
+        assert await until(lambda: staging.received_events("muteUser"), 3)
+        waiter = session.expect("reconnected", timeout=5)
         await staging.faults.drop_socket()
         assert (await waiter).data["tier"] == "socket"
         sid = staging.live_sids[0]
         before = staging.media.asr_stats(sid).frames
-        await asyncio.sleep(0.6)
+        assert await until(lambda: staging.media.asr_stats(sid).frames > before + 10, 5)
         stats = staging.media.asr_stats(sid)
         assert stats.frames > before and stats.last_rms == 0.0
         assert session.mic_enabled is False
@@ -364,7 +378,7 @@ async def test_stuck_uplink_recovery_is_bounded_by_ice_stuck_timeout(
     session = await _connected(staging, config=MEDIA.with_(ice_stuck_timeout=1.0))
     try:
         staging.faults.stuck_ice("asr", mode="no_candidates")
-        first = asyncio.ensure_future(session.wait_for("media_recovering", 5))
+        first = session.expect("media_recovering", timeout=5)
         await staging.faults.ice_failure("asr")
         started = (await first).at
         cold = await session.wait_for("reconnecting", 10)  # in-place attempts gave up

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 
 import aiohttp
 import pytest
@@ -15,7 +14,7 @@ from avatar_sdk.media import AudioLevelMeter, FailingSource, ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
 
-from .conftest import FAST, sdk_tasks
+from .conftest import FAST, sdk_tasks, until
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0)
 
@@ -35,15 +34,24 @@ def open_peers() -> list[RTCPeerConnection]:
     ]
 
 
-async def _energy_over(staging: StagingServer, sid: str, seconds: float) -> tuple[int, float]:
-    """Frames received and their mean RMS over the next ``seconds``."""
+async def _energy_over(
+    staging: StagingServer, sid: str, frames: int, timeout: float = 5.0
+) -> tuple[int, float]:
+    """Frames received while the next ``frames`` uplink frames arrive (at most ``timeout``
+    seconds), and the loudest frame level seen over the second half of them. The window is
+    counted in frames, not seconds: a busy machine measures the same stretch of audio."""
     before = staging.media.asr_stats(sid).frames
-    rms: list[float] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        await asyncio.sleep(0.05)
-        rms.append(staging.media.asr_stats(sid).last_rms or 0.0)
-    return staging.media.asr_stats(sid).frames - before, max(rms[len(rms) // 2 :])
+    levels: list[float] = []
+
+    def sample() -> bool:
+        stats = staging.media.asr_stats(sid)
+        if stats.frames - before > frames // 2:
+            levels.append(stats.last_rms or 0.0)
+        return stats.frames - before >= frames
+
+    await until(sample, timeout)
+    levels.append(staging.media.asr_stats(sid).last_rms or 0.0)
+    return staging.media.asr_stats(sid).frames - before, max(levels)
 
 
 async def test_av_session_connects_through_the_media_steps_and_decodes_frames(
@@ -82,15 +90,17 @@ async def test_uplink_audio_arrives_and_mute_stops_it_without_renegotiation(
     try:
         await session.connect()
         sid = staging.live_sids[0]
-        frames, level = await _energy_over(staging, sid, 0.6)
+        frames, level = await _energy_over(staging, sid, 30)
         assert frames > 10 and level > 0.05
         session.mic_enabled = False
-        await asyncio.sleep(0.2)
-        frames, level = await _energy_over(staging, sid, 0.6)
+        assert await until(lambda: staging.received_events("muteUser"), 3)
+        assert await until(lambda: staging.media.asr_stats(sid).last_rms == 0.0, 3)
+        frames, level = await _energy_over(staging, sid, 30)
         assert frames > 10 and level == 0.0  # packets keep flowing, audio is silent
         session.mic_enabled = True
-        await asyncio.sleep(0.2)
-        frames, level = await _energy_over(staging, sid, 0.6)
+        assert await until(lambda: staging.received_events("unmuteUser"), 3)
+        assert await until(lambda: staging.media.asr_stats(sid).last_rms > 0.05, 3)
+        frames, level = await _energy_over(staging, sid, 30)
         assert level > 0.05
         stats = staging.media.asr_stats(sid)
         assert stats.offers == 1  # no renegotiation for mute
@@ -144,9 +154,8 @@ async def test_close_deletes_the_whep_resource_once_and_leaves_no_peer_task_or_s
     assert len(open_peers()) >= 2
     await session.close()
     await session.close()
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert staging.media.whep_posts == 1 and staging.media.whep_deletes == 1
-    assert staging.live_sids == []
     assert sdk_tasks() == []
     await staging.stop()
     assert open_peers() == []
@@ -159,7 +168,7 @@ async def test_whep_404_fails_connect_with_session_gone(staging: StagingServer) 
         await session.connect()
     assert info.value.code is ErrorCode.SESSION_GONE
     assert session.state == "failed"
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)  # the attempt's socket was closed
     assert sdk_tasks() == []
 
 
@@ -196,15 +205,17 @@ async def test_a_failing_microphone_is_reported_and_text_turns_still_work(
     session.on("error", lambda e: errors.append(e.data["code"]))
     try:
         await session.connect()
-        await asyncio.sleep(0.3)
+        assert await until(lambda: errors, 3)
         assert errors == ["permission_denied"]
         assert session.state == "connected"
+        answered = session.expect("agent_turn_ended", timeout=3)
         await session.speak("typing instead")
-        await session.wait_for("agent_turn_ended", 3)
+        await answered
+        assert errors == ["permission_denied"]  # reported once
         await session.switch_audio(ToneSource())
         sid = staging.live_sids[0]
-        await asyncio.sleep(0.3)
-        _, level = await _energy_over(staging, sid, 0.5)
+        assert await until(lambda: staging.media.asr_stats(sid).last_rms > 0.05, 3)
+        _, level = await _energy_over(staging, sid, 25)
         assert level > 0.05
     finally:
         await session.close()
@@ -223,12 +234,13 @@ async def test_cold_reconnect_rebuilds_both_peers_and_keeps_mute_and_source(
         ev = await session.wait_for("reconnected", 10)
         assert ev.data["tier"] == "cold"
         sid = staging.live_sids[0]
-        frames, level = await _energy_over(staging, sid, 0.6)
+        frames, level = await _energy_over(staging, sid, 30)
         assert frames > 10 and level == 0.0  # the new uplink flows, still muted
         assert [r.event for r in staging.received if r.sid == sid].count("muteUser") == 1
         session.mic_enabled = True
-        await asyncio.sleep(0.2)
-        _, level = await _energy_over(staging, sid, 0.5)
+        assert await until(lambda: staging.received_events("unmuteUser", sid=sid), 3)
+        assert await until(lambda: staging.media.asr_stats(sid).last_rms > 0.05, 3)
+        _, level = await _energy_over(staging, sid, 25)
         assert level > 0.05
         # The application's track object is the same and is fed by the new subscription.
         assert session.avatar_video is video
@@ -248,7 +260,13 @@ async def test_connection_quality_is_opt_in(staging: StagingServer) -> None:
     try:
         await session.connect()
         await quiet.connect()
-        await asyncio.sleep(1.2)
+
+        def measured() -> bool:
+            stv = [s for s in samples if s["channel"] == "stv" and s["bitrate"] is not None]
+            return len(stv) >= 2 and any(s["channel"] == "asr" for s in samples)
+
+        # Several rounds of samples (a bitrate needs two): the quiet session had as long.
+        assert await until(measured, 5)
         channels = {s["channel"] for s in samples}
         assert channels == {"asr", "stv"}
         stv = [s for s in samples if s["channel"] == "stv" and s["bitrate"] is not None]

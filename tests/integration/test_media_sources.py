@@ -49,6 +49,8 @@ from avatar_sdk.media import (
     record_avatar,
 )
 
+from .conftest import until
+
 # --------------------------------------------------------------------------- loopback
 
 
@@ -158,7 +160,7 @@ async def test_recorder_writes_the_received_audio(loopback: Loopback, tmp_path: 
     recorder = record_avatar(link.remote, None, path)
     await recorder.start()
     assert recorder.recording
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the scenario: record about a second of the avatar's audio
     await recorder.stop()
     await recorder.stop()  # idempotent
     assert not recorder.recording and not recorder_tasks()
@@ -175,7 +177,7 @@ async def test_recorder_to_mp4_as_context_manager(loopback: Loopback, tmp_path: 
     link = await loopback.connect(ToneSource())
     path = tmp_path / "avatar.mp4"
     async with record_avatar(link.remote, None, path):
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(0.8)  # the scenario: record a moment of the avatar's audio
     assert path.stat().st_size > 1000
     assert not recorder_tasks()
 
@@ -595,8 +597,8 @@ async def test_microphone_drops_oldest_when_the_consumer_lags(
     mic = MicrophoneSource(max_queue=4)
     try:
         await read(mic, 1)
-        await asyncio.sleep(0.15)  # the fake delivers a block every ~5 ms
-        assert mic.dropped > 0
+        # Not reading: the fake delivers a block every ~5 ms, soon more than the queue holds.
+        assert await until(lambda: mic.dropped > 0, 2)
         await read(mic, 4)
     finally:
         mic.stop()

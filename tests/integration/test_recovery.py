@@ -11,7 +11,7 @@ from avatar_sdk import AvatarError, RetryPolicy
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In
 
-from .conftest import FAST, SessionFactory, sdk_tasks
+from .conftest import FAST, SessionFactory, sdk_tasks, until
 
 
 def _raw_text(i: int) -> dict[str, object]:
@@ -99,7 +99,7 @@ async def test_non_recoverable_disconnect_ends_with_that_reason(
     assert "reconnecting" not in names
     assert "error" not in names
     assert session.state == "ended"
-    await asyncio.sleep(0.05)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
 
 
@@ -109,8 +109,7 @@ async def test_second_drop_after_recovery_recovers_again(
     session = make_session()
     await session.connect()
     for _ in range(3):
-        waiter = asyncio.ensure_future(session.wait_for("reconnected", 3))
-        await asyncio.sleep(0)
+        waiter = session.expect("reconnected", timeout=3)
         await staging.faults.drop_socket()
         assert (await waiter).data["recovered"] is True
     assert session.stats()["reconnects"]["socket"] == 3
@@ -164,9 +163,8 @@ async def test_cold_reconnect_gives_up_after_its_budget(
     assert ended.data["reason"] == "gave_up"
     assert session.state == "failed"
     assert session.health().upstream == "failed"
-    await asyncio.sleep(0.05)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
-    assert staging.live_sids == []
 
 
 async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
@@ -176,7 +174,9 @@ async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
     session = make_session(config=cfg)
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
-    await asyncio.sleep(0.2)
+    conv = staging.conversations[staging.live_sids[0]]
+    # The greeting is over (the server has nothing more to send) before the socket dies.
+    assert await until(lambda: conv.turn_task is None or conv.turn_task.done(), 3)
     started = asyncio.get_running_loop().time()
     assert staging.faults.silent_socket() == 1
     lost = await session.wait_for("reconnecting", 5)
@@ -201,6 +201,10 @@ async def test_probe_keeps_a_quiet_healthy_socket(
     await session.connect()
     names: list[str] = []
     session.on("*", lambda e: names.append(e.name))
-    await asyncio.sleep(2.0)
+    probes = len(staging.received_events("checkAvailability"))
+    # Probes go one at a time: the sixth arrives only once the five before it were answered
+    # (or timed out, which drops the socket and counts a dead-socket detection first).
+    assert await until(lambda: len(staging.received_events("checkAvailability")) >= probes + 6, 6)
     assert "reconnecting" not in names
-    assert len(staging.received_events("checkAvailability")) >= 3  # it did probe
+    assert session.stats().get("dead_socket_detections", 0) == 0
+    assert {r.sid for r in staging.received_events("checkAvailability")} == {staging.live_sids[0]}

@@ -13,7 +13,7 @@ from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST, SessionFactory, sdk_tasks
+from .conftest import FAST, SessionFactory, sdk_tasks, until
 from .test_media_session import open_peers
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
@@ -46,17 +46,13 @@ async def test_close_is_bounded_while_a_whep_post_never_answers(staging: Staging
         staging.url, staging.token, audio=ToneSource(), allow_insecure_transport=True, config=MEDIA
     )
     task = asyncio.ensure_future(session.connect())
-    for _ in range(100):
-        if session.state == "connecting_video":
-            break
-        await asyncio.sleep(0.05)
-    assert session.state == "connecting_video"
+    assert await until(lambda: session.state == "connecting_video", 5)
     started = time.monotonic()
     await session.close()
     assert time.monotonic() - started < MEDIA.close_timeout + 0.5
     with pytest.raises(AvatarError):
         await task
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
     staging.faults.clear()
     await staging.stop()
@@ -70,18 +66,13 @@ async def test_close_is_bounded_in_the_middle_of_a_cold_reconnect(
     await session.connect()
     staging.faults.withhold("joinComplete")  # the cold attempt hangs in its join
     await staging.faults.drop_socket(recovery=False)
-    for _ in range(100):
-        if session.state == "cold_reconnecting":
-            break
-        await asyncio.sleep(0.02)
-    assert session.state == "cold_reconnecting"
+    assert await until(lambda: session.state == "cold_reconnecting", 2)
     started = time.monotonic()
     await session.close()
     assert time.monotonic() - started < FAST.close_timeout + 0.5
     assert session.state == "ended"
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
-    assert staging.live_sids == []
 
 
 async def test_a_drop_during_the_cold_tier_is_survived(
@@ -91,10 +82,7 @@ async def test_a_drop_during_the_cold_tier_is_survived(
     await session.connect()
     staging.faults.latency(0.05)  # slow the rebuild so the second fault lands inside it
     await staging.faults.drop_socket(recovery=False)
-    for _ in range(100):
-        if session.state == "cold_reconnecting" and staging.live_sids:
-            break
-        await asyncio.sleep(0.01)
+    assert await until(lambda: session.state == "cold_reconnecting" and staging.live_sids, 2)
     await staging.faults.drop_socket(recovery=False)
     staging.faults.clear()
     ev = await session.wait_for("reconnected", 10)
@@ -117,9 +105,8 @@ async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> N
     await staging.faults.drop_socket(recovery=False)
     await session.wait_for("ended", 10)
     assert session.state == "failed"
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
-    assert staging.live_sids == []
     staging.faults.clear()
     await staging.stop()
     assert open_peers() == []
@@ -145,17 +132,14 @@ async def test_close_is_bounded_in_every_live_state(staging: StagingServer) -> N
         else:
             staging.faults.stuck_ice("stv", mode="no_answer")  # the re-subscribe hangs
             await staging.faults.ice_failure("stv")
-        for _ in range(200):
-            if session.state in (state, "cold_reconnecting"):
-                break
-            await asyncio.sleep(0.02)
-        assert session.state in (state, "cold_reconnecting")
+        reached = (state, "cold_reconnecting")
+        assert await until(lambda s=session, r=reached: s.state in r, 4)
         started = time.monotonic()
         await session.close()
         assert time.monotonic() - started < MEDIA.close_timeout + 0.5, state
         assert session.state == "ended"
         staging.faults.clear()
-    await asyncio.sleep(0.1)
+    assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
     await staging.stop()
     assert open_peers() == []

@@ -10,10 +10,11 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.connector import FATAL_EVENTS as FATAL
+from avatar_sdk.events import EventStream
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import INBOUND, In
 
-from .conftest import SessionFactory
+from .conftest import SessionFactory, until
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,7 @@ async def test_malformed_event_is_a_protocol_error_and_the_session_goes_on(
     session = make_session()
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
-    waiter = asyncio.ensure_future(session.wait_for("protocol_error", 2))
+    waiter = session.expect("protocol_error", timeout=2)
     await staging.faults.malformed(event)
     err = await waiter
     assert err.data["event"] == event
@@ -150,7 +151,7 @@ async def test_agent_crash_restarted_keeps_the_session(
 ) -> None:
     session = make_session()
     await session.connect()
-    waiter = asyncio.ensure_future(session.wait_for("session_error", 2))
+    waiter = session.expect("session_error", timeout=2)
     await staging.faults.agent_crash(recoverable=True)
     ev = await waiter
     assert ev.data["recoverable"] is True
@@ -193,11 +194,10 @@ async def test_events_iterator_ends_after_the_session(
 ) -> None:
     session = make_session()
 
-    async def collect() -> list[str]:
-        return [e.name async for e in session.events()]
+    async def collect(stream: EventStream) -> list[str]:
+        return [e.name async for e in stream]
 
-    collector = asyncio.ensure_future(collect())
-    await asyncio.sleep(0)
+    collector = asyncio.ensure_future(collect(session.events()))  # subscribed here, now
     await session.connect()
     await session.close()
     names = await asyncio.wait_for(collector, 2)
@@ -221,16 +221,18 @@ async def test_turns_spoken_while_the_agent_restarts_are_held_then_delivered_in_
     session = make_session()
     await session.connect()
     await session.wait_for("agent_turn_ended", 2)
-    waiter = asyncio.ensure_future(session.wait_for("session_error", 2))
+    waiter = session.expect("session_error", timeout=2)
     await staging.faults.agent_crash(recoverable=True, restart_after=0.3)
     await waiter
     conv = staging.conversations[staging.live_sids[0]]
+    agent_down_when_done: list[bool] = []
     first = asyncio.ensure_future(session.speak("first while restarting"))
+    first.add_done_callback(lambda _: agent_down_when_done.append(conv.agent_down))
     second = asyncio.ensure_future(session.speak("second while restarting"))
-    await asyncio.sleep(0.1)
-    assert not first.done()  # held, not thrown at a restarting agent
     await asyncio.wait_for(asyncio.gather(first, second), 3)
-    await asyncio.sleep(0.1)
+    # Held, not thrown at a restarting agent: the first turn completed only once it was back.
+    assert agent_down_when_done == [False]
+    assert await until(lambda: len(conv.user_turns) + len(conv.dropped_turns) >= 2, 3)
     assert conv.dropped_turns == []
     assert conv.user_turns == ["first while restarting", "second while restarting"]
     assert session.state == "connected"
@@ -262,12 +264,13 @@ async def test_junk_for_every_inbound_event_never_breaks_the_session(
     for name in names:
         for payload in JUNK:
             await conv.emit(name, payload)
-    await asyncio.sleep(0.3)
+    # The answer to a turn spoken now comes after all the junk, on the same socket.
+    answered = session.expect("agent_turn_ended", timeout=3)
+    await session.speak("still fine?")
+    await answered
     assert session.state == "connected"
     assert details  # the junk was noticed and reported...
     assert not [d for d in details if d.startswith("internal")]  # ...never by a crash of ours
-    await session.speak("still fine?")
-    await session.wait_for("agent_turn_ended", 3)
 
 
 async def test_an_internal_handling_bug_is_reported_not_fatal(
@@ -280,7 +283,7 @@ async def test_an_internal_handling_bug_is_reported_not_fatal(
         raise RuntimeError("guard bug")
 
     monkeypatch.setattr(session._guards, "observe", broken)
-    waiter = asyncio.ensure_future(session.wait_for("protocol_error", 3))
+    waiter = session.expect("protocol_error", timeout=3)
     await session.speak("trigger the bug")
     assert (await waiter).data["detail"] == "internal: RuntimeError"
     monkeypatch.undo()

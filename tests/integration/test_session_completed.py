@@ -70,19 +70,19 @@ async def test_a_full_fault_tour_sends_nothing_until_the_real_end(staging: Stagi
     try:
         await session.connect()
         await session.wait_for("agent_turn_ended", 3)
-        waiter = asyncio.ensure_future(session.wait_for("reconnected", 5))
+        waiter = session.expect("reconnected", timeout=5)
         await staging.faults.drop_socket()  # socket tier
         await waiter
-        waiter = asyncio.ensure_future(session.wait_for("reconnected", 10))
+        waiter = session.expect("reconnected", timeout=10)
         await staging.faults.drop_socket(recovery=False)  # cold tier
         await waiter
-        waiter = asyncio.ensure_future(session.wait_for("media_recovered", 8))
+        waiter = session.expect("media_recovered", timeout=8)
         await staging.faults.ice_failure("stv")  # media tier
         await waiter
         await session.pause()
         await session.resume()
         staging.brain.tool_calls(['navigate_to_slide {"slide": 2}'] * 5)
-        waiter = asyncio.ensure_future(session.wait_for("spiral_recovered", 10))
+        waiter = session.expect("spiral_recovered", timeout=10)
         await session.speak("show the next slide")  # hard spiral: a new server session
         await waiter
         assert staging.completed_threads == []
@@ -197,7 +197,7 @@ async def test_spiral_across_an_idle_wake_up_turn_still_trips_the_hard_tier(
     detected: list[dict[str, Any]] = []
     session.on("tool_spiral_detected", lambda e: detected.append(e.data))
     staging.brain.tool_spiral(7, turn_boundaries=1)  # 4 tools, a wake-up turn, 3 tools
-    waiter = asyncio.ensure_future(session.wait_for("tool_spiral_recovering", 5))
+    waiter = session.expect("tool_spiral_recovering", timeout=5)
     await session.speak("navigate for me")
     assert (await waiter).data["count"] == 6
     assert len(detected) == 2  # the soft tier signals once in each of the two turns
@@ -218,7 +218,7 @@ async def test_respond_to_tool_acknowledges_a_waiting_call(
             "tool_metadata": {"id": "call-77", "wait_for_response": True},
         }
     )
-    waiter = asyncio.ensure_future(session.wait_for("tool_call", 2))
+    waiter = session.expect("tool_call", timeout=2)
     await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "s9", "turnId": "t9", "delta": delta})
     await waiter
     assert calls[0]["call_id"] == "call-77"
@@ -229,7 +229,7 @@ async def test_respond_to_tool_acknowledges_a_waiting_call(
     again = await session.respond_to_tool("call-77", {"email": "a@example.com"})
     assert again["reason"] == "unknown_or_stale"
     staging.faults.genie_status(500)
-    waiter = asyncio.ensure_future(session.wait_for("tool_call", 2))
+    waiter = session.expect("tool_call", timeout=2)
     second = delta.replace("77", "78").replace("email", "phone")  # a repeat would be deduped
     await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "s9", "turnId": "t9", "delta": second})
     await waiter

@@ -19,7 +19,7 @@ from avatar_sdk.events import Event
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 
-from .conftest import FAST, SessionFactory, sdk_tasks
+from .conftest import FAST, SessionFactory, sdk_tasks, until
 
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.3)
 
@@ -72,10 +72,7 @@ async def test_silent_socket_server_timeout_keeps_the_session_for_recovery(
         ws = client.eio.ws
         assert ws is not None
         assert staging.faults.silent_socket(server_timeout=0.3) == 1
-        for _ in range(100):
-            if staging.disconnects:
-                break
-            await asyncio.sleep(0.02)
+        assert await until(lambda: staging.disconnects, 2)
         assert staging.disconnects == [(sid, "ping timeout")]
         assert staging.sio.is_pending_recovery(sid)
         # Timed out server-side, and still not a byte (no close frame, no FIN) to the client.
@@ -95,11 +92,7 @@ async def test_abort_of_a_silent_socket_spares_the_connection_its_disconnect_sta
     try:
         sid = staging.live_sids[0]
         assert staging.faults.silent_socket(server_timeout=0.0) == 1
-        for _ in range(100):
-            if staging.sio.is_pending_recovery(sid):
-                break
-            await asyncio.sleep(0.01)
-        assert staging.sio.is_pending_recovery(sid)
+        assert await until(lambda: staging.sio.is_pending_recovery(sid), 1)
         reasons: list[str | None] = []
         reconnects: list[asyncio.Task[None]] = []
 
@@ -139,13 +132,13 @@ async def _answers_after_recovery(
     # The watchdog that judged the socket dead probes again only after its drop of that
     # socket has returned: once that probe arrives, nothing of the old transport is pending.
     probes = len(staging.received_events("checkAvailability"))
-    for _ in range(300):
-        if len(staging.received_events("checkAvailability")) > probes or session.state in (
-            "ended",
-            "failed",
-        ):
-            break
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: (
+            len(staging.received_events("checkAvailability")) > probes
+            or session.state in ("ended", "failed")
+        ),
+        3,
+    )
     assert [e.data for e in seen if e.name == "ended"] == []
     assert session.state == "connected"
     assert len(staging.received_events("checkAvailability")) > probes
@@ -220,5 +213,4 @@ async def test_stopping_the_server_while_a_socket_is_silent_leaks_nothing() -> N
         if not stopped:
             await staging.stop()
     gc.collect()  # a leaked socket would raise ResourceWarning (an error in this suite)
-    await asyncio.sleep(0.05)
-    assert sdk_tasks() == []
+    assert sdk_tasks() == []  # at once: close() returned with nothing left running

@@ -13,7 +13,7 @@ import fractions
 import math
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ from avatar_sdk.testing.media import IcePath
 from avatar_sdk.testing.synthetic import audio_rms, read_frame_counter
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 from avatar_sdk.wire import build_join
+
+from .conftest import until
 
 RATE = 48_000
 SAMPLES = 960
@@ -69,15 +71,6 @@ class SineTrack(MediaStreamTrack):
         frame.time_base = fractions.Fraction(1, RATE)
         self._pts += SAMPLES
         return frame
-
-
-async def until(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(step)
-    return predicate()
 
 
 def new_pc() -> RTCPeerConnection:
@@ -188,6 +181,19 @@ async def drain(track: MediaStreamTrack, quiet: float) -> int:
     raise AssertionError("frames never stopped")
 
 
+async def rtp_sent(pc: RTCPeerConnection) -> int:
+    """RTP packets the client peer's senders have sent so far."""
+    sent = 0
+    for sender in pc.getSenders():
+        report = await sender.getStats()
+        sent += sum(s.packetsSent for s in report.values() if s.type == "outbound-rtp")
+    return sent
+
+
+async def sent_more(pc: RTCPeerConnection, mark: int, packets: int) -> bool:
+    return await rtp_sent(pc) >= mark + packets
+
+
 def leftover_media_tasks() -> list[asyncio.Task[Any]]:
     current = asyncio.current_task()
     return [
@@ -222,10 +228,7 @@ async def test_asr_uplink_audio_reaches_the_server(staging: StagingServer, clien
         report = await sender.getStats()
         return any(s.type == "remote-inbound-rtp" for s in report.values())
 
-    deadline = time.monotonic() + 5
-    while not await has_remote_inbound():
-        assert time.monotonic() < deadline, "no RTCP receiver report from the server"
-        await asyncio.sleep(0.2)
+    assert await until(has_remote_inbound, 5, step=0.2), "no RTCP receiver report"
 
 
 async def test_asr_trickled_candidates_junk_is_ignored(
@@ -297,9 +300,13 @@ async def test_asr_ice_restart_moves_the_same_server_peer_to_a_new_path(
     assert peer is not None
     server_pc = peer.pc
     assert await staging.faults.ice_failure("asr", mode="blackhole") == 1
-    await asyncio.sleep(0.3)
+    # Counted in packets the client sent into the void, not in seconds: once 15 went (what
+    # was already on its way has been decoded), 20 more must not add a single frame.
+    mark = await rtp_sent(pc)
+    assert await until(lambda: sent_more(pc, mark, 15), 5)
     frozen = staging.media.asr_stats(client.sid).frames
-    await asyncio.sleep(0.4)
+    mark = await rtp_sent(pc)
+    assert await until(lambda: sent_more(pc, mark, 20), 5)
     assert staging.media.asr_stats(client.sid).frames == frozen
     new = Connection(ice_controlling=path.active.ice_controlling)
     await new.gather_candidates()
@@ -326,8 +333,7 @@ async def test_asr_ice_restart_moves_the_same_server_peer_to_a_new_path(
     await client.close()  # the conversation ends: the restarted peer and its tasks go too
     assert await until(lambda: staging.media.open_peer_count() == 0, 3)
     assert staging.media.asr_stats(client.sid).frames >= frozen + 10  # kept after the end
-    await asyncio.sleep(0.1)
-    assert leftover_media_tasks() == []
+    assert await until(lambda: leftover_media_tasks() == [], 2), leftover_media_tasks()
 
 
 async def test_asr_stall_drops_rtp_and_rtcp_while_connected(
@@ -336,9 +342,12 @@ async def test_asr_stall_drops_rtp_and_rtcp_while_connected(
     pc = await client.asr_connect()
     assert await until(lambda: staging.media.asr_stats(client.sid).frames >= 5, 5)
     await staging.faults.media_stall("asr")
-    await asyncio.sleep(0.3)
+    # Counted in packets the server dropped, not in seconds: once 15 were (what arrived
+    # before the stall has been decoded), 30 more must not add a single frame.
+    assert await until(lambda: staging.media.asr_stats(client.sid).srtp_dropped >= 15, 5)
     stalled_at = staging.media.asr_stats(client.sid).frames
-    await asyncio.sleep(0.6)
+    dropped = staging.media.asr_stats(client.sid).srtp_dropped
+    assert await until(lambda: staging.media.asr_stats(client.sid).srtp_dropped >= dropped + 30, 5)
     stats = staging.media.asr_stats(client.sid)
     assert stats.frames == stalled_at and stats.srtp_dropped > 0
     assert pc.connectionState == "connected" and stats.peer_state == "connected"
@@ -502,7 +511,10 @@ async def test_stv_stuck_ice_no_candidates_and_no_answer(
     status, _, body, pc, _ = await client.whep()
     assert status == 201
     assert "a=candidate" not in body and "a=end-of-candidates" not in body
-    await asyncio.sleep(1.0)
+    # A control: an uplink peer started after this one connects and carries audio; by then
+    # the stuck downlink would have connected too, had it a path. It has not.
+    await client.asr_connect()
+    assert await until(lambda: staging.media.asr_stats(client.sid).frames >= 10, 5)
     assert pc.iceConnectionState == "checking"
     await pc.close()
     staging.faults.clear()
@@ -532,5 +544,4 @@ async def test_conversation_end_and_stop_close_every_peer() -> None:
     assert staging.media.open_peer_count() == 0
     assert await until(lambda: pc.connectionState == "closed", 3)
     await second.close()
-    await asyncio.sleep(0.1)
-    assert leftover_media_tasks() == []
+    assert await until(lambda: leftover_media_tasks() == [], 2), leftover_media_tasks()

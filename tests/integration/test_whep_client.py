@@ -24,7 +24,7 @@ class Endpoint:
         self.url = ""
 
     async def post(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(self.delay)
+        await asyncio.sleep(self.delay)  # the scenario: a slow endpoint, when a test asks
         headers = {"Location": self.location} if self.location else {}
         # Not a valid answer, on purpose: only the HTTP handling is under test here.
         return web.Response(status=self.status, text="v=0\r\n", headers=headers)

@@ -10,7 +10,7 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE
-from avatar_sdk.events import EventBus
+from avatar_sdk.events import EventBus, EventStream
 from avatar_sdk.machine import (
     STEP_TIMEOUTS,
     ClockJumpDetector,
@@ -176,8 +176,7 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
     errors: list[str] = []
     bus.on("callback_error", lambda e: errors.append(e.data["event"]))
     unsubscribe = bus.on("x", lambda e: seen.append("second"))
-    waiter = asyncio.ensure_future(bus.wait_for("x", 1))
-    await asyncio.sleep(0)
+    waiter = bus.wait_for("x", 1)  # registered now, awaited below
     bus.emit("x", {"v": "a"})
     unsubscribe()
     bus.emit("x", {"v": "b"})
@@ -187,11 +186,10 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
     with pytest.raises(TimeoutError):
         await bus.wait_for("never", 0.01)
 
-    async def collect() -> list[str]:
-        return [e.name async for e in bus.events("y")]
+    async def collect(stream: EventStream) -> list[str]:
+        return [e.name async for e in stream]
 
-    task = asyncio.ensure_future(collect())
-    await asyncio.sleep(0)
+    task = asyncio.ensure_future(collect(bus.events("y")))  # subscribed here, now
     bus.emit("y")
     bus.emit("z")
     await bus.aclose()

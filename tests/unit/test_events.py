@@ -17,6 +17,8 @@ from avatar_sdk import AvatarError, ErrorCode, EventName
 from avatar_sdk.event_types import PAYLOADS
 from avatar_sdk.events import Event, EventBus, EventSource
 
+from ..conftest import until
+
 SOURCE = Path(avatar_sdk.__file__).parent
 
 
@@ -76,8 +78,7 @@ async def test_wait_for_and_expect_on_a_closed_bus_fail_at_once(how: str) -> Non
 async def test_pending_waiters_fail_with_closed_when_the_bus_closes() -> None:
     bus = EventBus()
     waiter = bus.expect("x")
-    waiting = asyncio.ensure_future(bus.wait_for("y"))
-    await asyncio.sleep(0)
+    waiting = bus.wait_for("y")  # registered now, awaited below
     await bus.aclose()
     for pending in (waiter, waiting):
         with pytest.raises(AvatarError) as caught:
@@ -107,8 +108,7 @@ async def test_timeout_names_the_event() -> None:
 async def test_expect_timeout_counts_from_creation() -> None:
     bus = EventBus()
     waiter = bus.expect("x", timeout=0.05)
-    await asyncio.sleep(0.1)  # the deadline passes before anyone awaits
-    assert waiter.done()
+    assert await until(waiter.done, 2)  # the deadline passes while nobody awaits it
     with pytest.raises(TimeoutError):
         await waiter
     bus.emit("x")  # too late: nothing is registered any more

@@ -20,6 +20,7 @@ from types import FrameType
 import pytest
 import pytest_asyncio
 
+from avatar_sdk.clock import FakeClock
 from avatar_sdk.lifecycle import (
     LEASE_DIR_ENV,
     OUTCOMES,
@@ -32,6 +33,8 @@ from avatar_sdk.lifecycle import (
 from avatar_sdk.shutdown import _Installed
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient
+
+from ..conftest import until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl and POSIX signals")
 
@@ -359,7 +362,7 @@ async def test_cancellation_leaves_it_retryable(
     staging.faults.genie_delay(1.0)
     signal_ = CompletionSignal(genie, timeout=2.0, leases=leases, thread_id=thread)
     task = asyncio.ensure_future(signal_.complete(reason="close"))
-    await asyncio.sleep(0.1)
+    assert await until(lambda: signal_.posts == 1, 2)  # the POST is out; the server holds it
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -375,14 +378,17 @@ async def test_a_second_trigger_survives_the_first_ones_cancellation(
     staging.faults.genie_delay(0.3)
     signal_ = CompletionSignal(genie, timeout=2.0, leases=leases, thread_id=thread)
     first = asyncio.ensure_future(signal_.complete(reason="idle_timeout"))
-    await asyncio.sleep(0.05)
+    # The first trigger's POST is out (the server holds it 0.3 s)...
+    assert await until(lambda: signal_.state == "inflight" and signal_.posts == 1, 2)
     second = asyncio.ensure_future(signal_.complete(reason="close"))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # ...and the second runs up to its wait on that POST
+    assert not second.done()
     first.cancel()
     result = await second  # not cancelled itself: it sends
     assert first.cancelled()
     assert result["outcome"] == "sent" and result["reason"] == "close"
     assert signal_.delivered
+    assert signal_.posts == 2  # its own POST, once the first one was cancelled
 
 
 def test_outcomes_are_listed() -> None:
@@ -427,7 +433,7 @@ async def test_signal_runs_callbacks_then_restores_and_redelivers(hooks: Shutdow
 
     class Session:
         async def close(self) -> None:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the scenario: a close that takes a moment
             seen.append("close")
 
     kept, dropped = Session(), Session()
@@ -458,7 +464,7 @@ async def test_signal_grace_bounds_a_stuck_callback(hooks: ShutdownHooks) -> Non
         loop.call_soon_threadsafe(delivered.set)
 
     async def stuck() -> None:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # the scenario: a callback that never finishes in time
 
     old = signal.signal(signal.SIGUSR2, previous)
     try:
@@ -540,20 +546,21 @@ def test_exit_hook_without_pending_work_is_instant(hooks: ShutdownHooks) -> None
 
 
 async def test_idle_timer_fires_once_after_inactivity() -> None:
+    clock = FakeClock()
     fired: list[float] = []
 
     async def on_idle() -> None:
-        fired.append(time.monotonic())
+        fired.append(clock.monotonic())
 
-    timer = IdleTimer(0.15, on_idle)
-    started = time.monotonic()
+    timer = IdleTimer(0.15, on_idle, clock=clock)
+    started = clock.monotonic()
     timer.start()
-    await asyncio.sleep(0.1)
+    await clock.advance(0.1)
     timer.touch()  # activity: the countdown restarts
-    await asyncio.sleep(0.1)
+    await clock.advance(0.1)
     assert fired == [] and timer.armed
-    await asyncio.sleep(0.15)
-    assert len(fired) == 1 and fired[0] - started >= 0.24
+    await clock.advance(0.15)
+    assert fired == [pytest.approx(started + 0.25)]  # 0.15 s after the touch, once
     assert timer.fired and not timer.armed
     timer.touch()  # no re-arm after firing
     assert not timer.armed
@@ -564,8 +571,10 @@ async def test_idle_timer_zero_disables_and_cancel_stops() -> None:
     disabled = IdleTimer(0, lambda: fired.append(1))
     disabled.start()
     assert not disabled.armed
-    timer = IdleTimer(0.05, lambda: fired.append(2))
+    clock = FakeClock()
+    timer = IdleTimer(0.05, lambda: fired.append(2), clock=clock)
     timer.start()
     timer.cancel()
-    await asyncio.sleep(0.1)
+    await clock.advance(1.0)
     assert fired == []
+    assert clock.sleepers == 0
