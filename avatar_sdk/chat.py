@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from .clock import SYSTEM_CLOCK, Clock
 from .config import SessionConfig
 from .converse_wire import (
     KEEPALIVE,
@@ -148,6 +149,7 @@ class ChatSession(EventSource):
         config: SessionConfig | None = None,
         allow_insecure_transport: bool = False,
         request_vars: Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
@@ -162,7 +164,9 @@ class ChatSession(EventSource):
         self.config = config or SessionConfig()
         self._thread_id = thread_id
         super().__init__()
-        self._guards = ConversationGuards(self.config, self._on_guard_event, hard_tier=False)
+        self._guards = ConversationGuards(
+            self.config, self._on_guard_event, hard_tier=False, clock=clock or SYSTEM_CLOCK
+        )
         self._genie = GenieClient(self._genie_url, token)
         self._completion = CompletionSignal(
             self._genie, timeout=self.config.session_complete_timeout, thread_id=thread_id

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .clock import SYSTEM_CLOCK, Clock
 from .config import SessionConfig
 from .connector import (
     FATAL_EVENTS,
@@ -166,6 +167,7 @@ class LinkBuilder:
         media: MediaSpec | None,
         counters: dict[str, Any],
         listener: LinkListener | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._url = url
@@ -177,6 +179,7 @@ class LinkBuilder:
         self._counters = counters
         #: TLS trust of every connection (socket and WHEP); None: the system CAs.
         self._ssl = ssl_context
+        self._clock = clock
         #: Where links report; set before the first ``create()``.
         self.listener = listener
 
@@ -202,6 +205,7 @@ class LinkBuilder:
             on_disconnect=on_disconnect,
             counters=self._counters,
             ssl_context=self._ssl,
+            now=self._clock.monotonic,
         )
         link = ServerLink(channel=channel, config=self._config)
         return link

@@ -122,6 +122,7 @@ class AvatarSession(EventSource):
             partner_id=partner_id,
             media=spec if self._media else None,
             counters=self._stats,
+            clock=self._clock,
             ssl_context=tls,
         )
         self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)

@@ -1,5 +1,6 @@
 """Testing tools shipped with the SDK: a protocol-faithful staging backend with faults."""
 
+from ..clock import FakeClock
 from .brain import Brain
 from .faults import Faults
 from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
@@ -11,6 +12,7 @@ __all__ = [
     "AsrStats",
     "Brain",
     "Conversation",
+    "FakeClock",
     "Faults",
     "ReceivedEvent",
     "StagingMedia",

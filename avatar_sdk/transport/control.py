@@ -57,8 +57,11 @@ class ControlChannel:
         debug_mode: bool = True,
         counters: dict[str, Any] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         register_secret(token)
+        #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
+        self._now = now
         #: How the websocket verifies TLS (None: the system CAs).
         self._ssl = ssl_context
         self._base_url = url.rstrip("/")
@@ -82,7 +85,7 @@ class ControlChannel:
         self.counters: dict[str, Any] = counters if counters is not None else {}
         self.counters.setdefault("events_in", 0)
         self.counters.setdefault("events_out", 0)
-        self.last_activity = time.monotonic()
+        self.last_activity = self._now()
 
     def __repr__(self) -> str:
         return f"<ControlChannel {self._base_url} sid={self.sid!r} connected={self.connected}>"
@@ -169,7 +172,7 @@ class ControlChannel:
                 ErrorCode.TRANSPORT_CLOSED, type(exc).__name__
             ) from None
         self.connect_count += 1
-        self.last_activity = time.monotonic()
+        self.last_activity = self._now()
         return ConnectOutcome(
             sid=self.sid or "",
             recovered=bool(client.recovered),
@@ -219,7 +222,7 @@ class ControlChannel:
     # -- inbound ----------------------------------------------------------------------------
     async def _handle_event(self, event: str, *args: Any) -> None:
         self.counters["events_in"] += 1
-        self.last_activity = time.monotonic()
+        self.last_activity = self._now()
         self._on_event(event, list(args))
 
     async def _handle_disconnect(self, *_: Any) -> None:

@@ -198,14 +198,11 @@ async def test_soft_spiral_signalled_once_per_turn(
 
 
 async def test_brain_stalled_repeats_then_clears(
-    staging: StagingServer, make_chat: ChatFactory, monkeypatch: pytest.MonkeyPatch
+    staging: StagingServer, make_chat: ChatFactory
 ) -> None:
     window = 0.4
-    chat = make_chat(config=FAST.with_(brain_stall_timeout=window))
-    # The stall watchdog runs on a fake clock. ChatSession takes no ``clock`` argument
-    # (AvatarSession does); its guards do, so the test hands them one before the first turn.
-    clock = FakeClock()
-    monkeypatch.setattr(chat._guards, "_clock", clock)
+    clock = FakeClock()  # the stall watchdog runs on a fake clock
+    chat = make_chat(config=FAST.with_(brain_stall_timeout=window), clock=clock)
     stalls = record(chat, "brain_stalled")
     armed = chat.expect("response_pending", timeout=5)  # the turn went out: the dog is armed
     staging.brain.stall(1.0)  # a think segment first (it does not count), then real silence
