@@ -195,6 +195,7 @@ class AgentTextPayload(TypedDict):
     type: str
     content: str
     is_final: bool
+    spoken: bool
 
 
 class AgentSpeechStartedPayload(TypedDict):

@@ -87,6 +87,12 @@ class AvatarSession(EventSource):
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         super().__init__()
+        if config is not None and not isinstance(config, SessionConfig):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"config must be a SessionConfig, not {type(config).__name__}"
+                " (build one: SessionConfig(**fields))",
+            )
         self.config = cfg = config or SessionConfig()
         self._clock = clock or SYSTEM_CLOCK
         self._media = bool(media)
@@ -340,6 +346,9 @@ class AvatarSession(EventSource):
     # -- conversation ---------------------------------------------------------------------
     async def speak(self, text: str) -> None:
         """Send a user text turn (a barge-in marker first, as a real client does).
+
+        The text is cut to the protocol's 8,000 characters and stripped of control
+        characters (``wire.clamp_text``); an empty text raises ``invalid_argument``.
 
         During a recovery the turn is held and delivered once the session is usable again;
         if the session ends instead, this raises ``AvatarError``. A turn the server has not
