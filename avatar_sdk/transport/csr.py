@@ -587,6 +587,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             self._refuse(UNKNOWN_EVENT, f"{shown} over max_message_size{limit}")
         if self.disconnect_reason is None:
             self.disconnect_reason = self._translate(reason)
+        if not self.connected and "/" not in self.namespaces and self._connect_event is not None:
+            # A connect() waiting for its CONNECT reply on a transport that is gone (a replay
+            # that killed it, say) fails now instead of after its whole wait_timeout.
+            self.failed_namespaces.append("/")
+            self._connect_event.set()
         await super()._handle_eio_disconnect(reason)
 
     def _translate(self, eio_reason: str) -> str:

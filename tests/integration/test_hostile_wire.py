@@ -222,3 +222,43 @@ async def test_max_message_size_is_what_the_websocket_enforces(
     await staging.faults.oversized(5 * MiB)
     assert (await warned).data["remaining"] == 60
     assert reconnects(big) == 0
+
+
+async def test_an_oversized_message_replayed_to_a_socket_recovery_goes_cold_at_once(
+    staging: StagingServer, make_session: SessionFactory, loop_errors: list[dict[str, Any]]
+) -> None:
+    """The message is waiting in the server's recovery buffer when the socket drops for
+    another reason: the in-place recovery is handed it first and dies on it."""
+    probing = FAST.with_(
+        socket_probe_interval=0.5,
+        socket_probe_timeout=0.3,
+        # Long enough that an attempt waiting out its whole connect timeout would show.
+        server_connect_timeout=5.0,
+        reconnect_window=10.0,
+    )
+    session = await connected_session(make_session, config=probing)
+    sid = staging.live_sids[0]
+    errors: list[Event] = []
+    session.on("protocol_error", errors.append)
+    tiers: list[str] = []
+    session.on("reconnecting", lambda e: tiers.append(e.data["tier"]))
+    # The probe notices in about 0.8 s; the replay kills the first attempt at once, and
+    # that attempt fails then (not after server_connect_timeout), so the next one is cold.
+    recovered = session.expect("reconnected", timeout=4)
+
+    assert staging.faults.silent_socket(server_timeout=0.0) == 1
+    for _ in range(100):  # the server times the socket out at once and keeps the session
+        if staging.sio.is_pending_recovery(sid):
+            break
+        await asyncio.sleep(0.01)
+    assert staging.sio.is_pending_recovery(sid)
+    await staging.faults.oversized(5 * MiB)  # buffered for the recovery, not sent
+
+    assert (await recovered).data["tier"] == "cold"
+    assert tiers[0] == "socket"  # the probe found the dead socket; its recovery met the message
+    assert [e.data["detail"].split(" over ")[1] for e in errors] == [
+        f"max_message_size ({4 * MiB})"
+    ]
+    await still_talks(session)
+    assert session.stats()["reconnects"] == {"socket": 0, "media": 0, "cold": 1}
+    assert unhandled(loop_errors) == []
