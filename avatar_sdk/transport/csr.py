@@ -165,6 +165,9 @@ def engineio_problem(text: str) -> str | None:
         return f"undecodable Engine.IO frame ({type(exc).__name__})"
     if not 0 <= pkt.packet_type <= 6:
         return f"unknown Engine.IO packet type {pkt.packet_type}"
+    if pkt.packet_type in (eio_packet.PONG, eio_packet.UPGRADE):
+        # Only a client sends these (Engine.IO v4, websocket only): engineio would log and drop.
+        return f"{eio_packet.packet_names[pkt.packet_type]} packet from the server"
     return None
 
 
@@ -182,6 +185,7 @@ class GuardedWebSocket(aiohttp.ClientWebSocketResponse):
     sink: ClassVar[Callable[[str, str], None] | None] = None
     #: Size of the message refused for ``max_msg_size`` (0 when aiohttp did not say), if any.
     oversized: int | None = None
+    _opened: bool = False
 
     async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage:
         while True:
@@ -197,6 +201,10 @@ class GuardedWebSocket(aiohttp.ClientWebSocketResponse):
                 return msg
             if msg.type is aiohttp.WSMsgType.TEXT:
                 problem = engineio_problem(msg.data)
+                if problem is None and msg.data[:1] == "0":
+                    # The handshake's OPEN is the first frame; engineio drops any later one.
+                    problem = "OPEN packet after the handshake" if self._opened else None
+                    self._opened = True
                 if problem is not None:
                     sink = type(self).sink
                     if sink is not None:

@@ -81,6 +81,8 @@ UNDECODABLE = [
     pytest.param("4" + "[" * DEEP + "]" * DEEP, "<unknown>", id="engineio-deep-nesting"),
     pytest.param("x-not-engineio", "<unknown>", id="engineio-garbage"),
     pytest.param("9hello", "<unknown>", id="unknown-engineio-type"),
+    pytest.param("5", "<unknown>", id="engineio-upgrade-from-server"),
+    pytest.param('0{"sid":"x"}', "<unknown>", id="engineio-second-open"),
     pytest.param(
         '459-["agentRawText",{"_placeholder":true,"num":0}]', "agentRawText", id="binary-no-data"
     ),

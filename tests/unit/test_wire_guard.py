@@ -78,6 +78,8 @@ def test_wellformed_packets_pass(encoded: str) -> None:
         ("x", "undecodable Engine.IO frame (ValueError)"),
         ("4" + "[" * 50_000 + "]" * 50_000, "undecodable Engine.IO frame (RecursionError)"),
         ("9hello", "unknown Engine.IO packet type 9"),
+        ("3probe", "PONG packet from the server"),
+        ("5", "UPGRADE packet from the server"),
         ("ba", "undecodable Engine.IO frame (Error)"),
     ],
 )
@@ -85,6 +87,6 @@ def test_engineio_problem(text: str, problem: str) -> None:
     assert engineio_problem(text) == problem
 
 
-@pytest.mark.parametrize("text", ['42["ev",{}]', "2", "3probe", "6", '0{"sid":"x"}', "4hello"])
+@pytest.mark.parametrize("text", ['42["ev",{}]', "2", "1", "6", '0{"sid":"x"}', "4hello"])
 def test_engineio_frames_that_decode_pass(text: str) -> None:
     assert engineio_problem(text) is None
