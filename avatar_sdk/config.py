@@ -35,7 +35,7 @@ MIN_MESSAGE_SIZE: Final = 1024
 
 
 def _is_message_size(value: object) -> bool:
-    return _is_count(value) and isinstance(value, int) and value >= MIN_MESSAGE_SIZE
+    return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_MESSAGE_SIZE
 
 
 def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
