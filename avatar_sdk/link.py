@@ -136,13 +136,15 @@ class ServerLink:
         self._probes.append(waiter)
         try:
             await self.channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
-            await asyncio.wait_for(waiter, timeout)
-        except (AvatarError, TimeoutError):
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives as the answer does, and the watchdog would outlive its session.
+            await asyncio.wait({waiter}, timeout=timeout)
+        except AvatarError:
             return False
         finally:
             if waiter in self._probes:
                 self._probes.remove(waiter)
-        return True
+        return waiter.done() and not waiter.cancelled()
 
     async def close(self, timeout: float) -> None:
         """Release the socket, the peers and every waiter of this server session (bounded)."""

@@ -103,7 +103,7 @@ class TurnDesk:
         """Evidence from one inbound event: its speechId, or a user-turn hand-off."""
         confirmed = self.ledger.observe_speech_id(speech_id)
         if turn_to_talk and self.ledger.unconfirmed():
-            self.ledger.confirm_all()
+            self.ledger.confirm_current()
             confirmed = True
         if confirmed:
             self._evidence.set()
@@ -114,7 +114,7 @@ class TurnDesk:
         now are resent once when no evidence comes within ``turn_confirm_timeout``, then
         held turns go out, in the order they were spoken. The cut-off is taken now, so a
         turn spoken after the recovery is never mistaken for a lost one."""
-        through = self.ledger.last_seq if tier in ("socket", "cold") else 0
+        through = self.ledger.new_epoch() if tier in ("socket", "cold") else 0
         return self._deliver(tier, through)
 
     async def _deliver(self, tier: str, through: int) -> None:
@@ -141,7 +141,7 @@ class TurnDesk:
     async def resend_after_spiral(self, text: str) -> bool:
         """The hard spiral tier rebuilt the server session: resend the abandoned turn once,
         prefixed, with no barge-in marker (the new server session is idle)."""
-        self.ledger.confirm_all()  # the old server session had them; this resend replaces them
+        self.ledger.clear()  # the old server session had them; this resend replaces them
         resend = SPIRAL_RECOVERY_PREFIX + text
         try:
             await self._send(Out.TEXT_ENTERED, build_text_entered(resend))

@@ -7,14 +7,20 @@ the SDK itself must know which turns may be lost. This ledger keeps every sent t
 the server shows evidence of receipt:
 
 * an inbound event whose speechId was minted for it (trigger ``transcript``, payload the
-  turn's text, PROTOCOL.md §3.7);
+  turn's text, possibly cut short, PROTOCOL.md §3.7): an exact match wins over a prefix,
+  and the newest turn over older ones;
 * ``agentTurnToTalk`` (the server handed a user turn to the brain): it confirms every
-  turn sent before it;
+  turn sent on the current connection;
 * an answered socket probe sent after the turn (one ordered websocket: a server that
   answered a later message read the earlier one).
 
 After a recovery, an unconfirmed turn with no evidence within ``turn_confirm_timeout`` is
-resent exactly once; a confirmed turn is never resent. Pure: no I/O, no clock of its own.
+resent exactly once; a confirmed turn is never resent.
+
+Evidence for a turn confirms the turns sent before it only on the same connection (the
+same *epoch*): a turn lost in a dead socket is never confirmed by the answer to a turn sent
+after the recovery, even when that later text starts the same way. Pure: no I/O, no clock
+of its own.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class Turn:
     text: str
     resent: bool = False
     confirmed: bool = False
+    #: The connection it was written on (bumped at every recovery).
+    epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -49,10 +57,11 @@ class TurnLedger:
     limit: int = MAX_TRACKED_TURNS
     _turns: list[Turn] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _epoch: int = 0
 
     def sent(self, text: str, *, resent: bool = False) -> Turn:
         """Record a turn that was just written to the socket."""
-        turn = Turn(next(self._seq), text, resent=resent)
+        turn = Turn(next(self._seq), text, resent=resent, epoch=self._epoch)
         self._turns.append(turn)
         if len(self._turns) > self.limit:
             del self._turns[: len(self._turns) - self.limit]
@@ -62,6 +71,12 @@ class TurnLedger:
     def last_seq(self) -> int:
         """The sequence number of the newest turn sent (0 before any)."""
         return self._turns[-1].seq if self._turns else 0
+
+    def new_epoch(self) -> int:
+        """A recovery: turns from now on travel on another connection. Returns the cut-off
+        (the newest turn sent before it)."""
+        self._epoch += 1
+        return self.last_seq
 
     def unconfirmed(self) -> list[Turn]:
         return [t for t in self._turns if not t.confirmed]
@@ -74,21 +89,29 @@ class TurnLedger:
         if parsed is None or parsed.trigger != "transcript" or not parsed.payload:
             return False
         said = _normalize(parsed.payload)
-        for turn in self._turns:
-            if not turn.confirmed and _normalize(turn.text).startswith(said):
-                self.confirm_through(turn.seq)
-                return True
-        return False
+        newest_first = [t for t in reversed(self._turns) if not t.confirmed]
+        match = next((t for t in newest_first if _normalize(t.text) == said), None) or next(
+            (t for t in newest_first if _normalize(t.text).startswith(said)), None
+        )
+        if match is None:
+            return False
+        self.confirm_through(match)
+        return True
 
-    def confirm_through(self, seq: int) -> None:
-        """Every turn up to ``seq`` reached the server (an ordered channel answered later)."""
-        for turn in self._turns:
-            if turn.seq <= seq:
-                turn.confirmed = True
+    def confirm_through(self, turn: Turn) -> None:
+        """``turn`` and every turn written before it on the same connection reached the
+        server (one ordered socket: it read them first)."""
+        for other in self._turns:
+            if other.epoch == turn.epoch and other.seq <= turn.seq:
+                other.confirmed = True
         self._turns = [t for t in self._turns if not t.confirmed]
 
-    def confirm_all(self) -> None:
-        self.confirm_through(self.last_seq)
+    def confirm_current(self) -> None:
+        """Every turn written on the current connection reached the server."""
+        for turn in self._turns:
+            if turn.epoch == self._epoch:
+                turn.confirmed = True
+        self._turns = [t for t in self._turns if not t.confirmed]
 
     def take_resends(self, through: int) -> list[Turn]:
         """Unconfirmed turns up to ``through`` that may be resent (once each); they leave

@@ -294,3 +294,24 @@ async def test_brain_stall_watchdog_repeats_on_the_injected_clock_until_output()
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
         await guards.aclose()
+
+
+def test_evidence_never_confirms_a_turn_across_a_recovery() -> None:
+    """The soak's find: a turn lost in a dead socket ("hello there friend") must not be
+    confirmed by the answer to a later turn that it starts like ("hello there")."""
+    ledger = TurnLedger()
+    ledger.sent("hello there friend")  # written into the dead socket
+    through = ledger.new_epoch()  # the recovery
+    ledger.sent("hello there")  # spoken after it, on the new connection
+    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there"))
+    assert [t.text for t in ledger.unconfirmed()] == ["hello there friend"]
+    [due] = ledger.take_resends(through)
+    assert due.text == "hello there friend"
+
+
+def test_an_exact_match_wins_over_a_prefix() -> None:
+    ledger = TurnLedger()
+    ledger.sent("hello there")
+    ledger.sent("hello there friend")
+    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there"))
+    assert [t.text for t in ledger.unconfirmed()] == ["hello there friend"]
