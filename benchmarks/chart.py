@@ -32,7 +32,7 @@ def plot_tiers(tiers: Sequence[Tier], path: Path) -> Path:
     try:
         axes.boxplot(
             [tier.samples_ms for tier in ordered],
-            vert=False,
+            orientation="horizontal",
             widths=0.5,
             showfliers=False,
             medianprops={"color": "#c0392b", "linewidth": 2},
@@ -42,7 +42,13 @@ def plot_tiers(tiers: Sequence[Tier], path: Path) -> Path:
             axes.scatter(tier.samples_ms, jitter, s=12, alpha=0.6, color="#2c3e50", zorder=3)
             median = tier.median()
             if median is not None:
-                text = f"{median:.0f} ms" if median < 1000 else f"{median / 1000:.2f} s"
+                text = (
+                    f"{median:.1f} ms"
+                    if median < 10
+                    else f"{median:.0f} ms"
+                    if median < 1000
+                    else f"{median / 1000:.2f} s"
+                )
                 axes.annotate(
                     f"median {text}",
                     (median, row + 0.32),

@@ -186,7 +186,7 @@ def _figure_section(key: str, figure: dict[str, Any], rows: list[dict[str, Any]]
     lines = [
         f"### {figure.get('title', key)}",
         "",
-        f"`python -m benchmarks --only {key}`, {figure.get('seconds', 0.0):.0f} s.",
+        f"`python -m benchmarks --only {key}`, {figure.get('seconds', 0.0):.1f} s.",
         "",
     ]
     if figure.get("error"):
@@ -236,9 +236,9 @@ def render(document: dict[str, Any], chart: Path | None = None) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Measured with `{command}` (what `make bench` runs) against the bundled staging "
-        "backend, in one process on loopback. Generated from `benchmarks/results.json` by "
-        "`benchmarks/markdown.py`; targets are information only.",
+        f"Measured with `{command}` against the bundled staging backend, in one process on "
+        "loopback. Written by `benchmarks/markdown.py` from the run's JSON results; targets "
+        "are information only.",
         "",
         "## Machine",
         "",
@@ -254,9 +254,10 @@ def render(document: dict[str, Any], chart: Path | None = None) -> str:
         "",
         "## Command lines",
         "",
-        f"- the whole run: `{command}` (`make bench`); every figure: "
-        f"`python -m benchmarks --only {','.join(figures) or 'FIGURE'}`",
-        "- one figure: `python -m benchmarks --only FIGURE` (the command under each figure)",
+        f"- this run: `{command}`",
+        "- every figure: `make bench`, which runs `python -m benchmarks` and writes "
+        "`benchmarks/results.json`, this report and its chart",
+        "- one figure: the command under its heading below",
         "- this report again from saved results, without measuring: "
         "`python -m benchmarks.markdown benchmarks/results.json`",
         "",

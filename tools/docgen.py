@@ -260,13 +260,27 @@ def changelog() -> str:
     return _strip_title((ROOT / "CHANGELOG.md").read_text(encoding="utf-8"))
 
 
-def benchmarks() -> str:
+def _results() -> str:
     path = ROOT / "benchmarks" / "RESULTS.md"
     if not path.exists():
         raise DocgenError("benchmarks/RESULTS.md is missing: run `make bench`")
-    text = _strip_title(path.read_text(encoding="utf-8"))
+    return path.read_text(encoding="utf-8")
+
+
+def benchmarks() -> str:
+    text = _strip_title(_results())
     # The report links its chart beside it; in the site the chart lives under assets/.
     return text.replace(f"]({CHART_SOURCE.name})", f"]({CHART_URI})")
+
+
+def tier_timings() -> str:
+    """The per-tier table of ``RESULTS.md`` (between its ``tiers`` markers) and the chart."""
+    text = _results()
+    start, end = text.find("<!-- tiers:start -->"), text.find("<!-- tiers:end -->")
+    if start < 0 or end < start:
+        raise DocgenError("benchmarks/RESULTS.md has no tiers table: run `make bench`")
+    table = text[start + len("<!-- tiers:start -->") : end].strip("\n")
+    return table + f"\n\n![Recovery durations per tier]({CHART_URI})\n"
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
@@ -277,6 +291,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "state-diagram": state_diagram,
     "changelog": changelog,
     "benchmarks": benchmarks,
+    "tier-timings": tier_timings,
 }
 
 
@@ -299,6 +314,24 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         return expand(markdown)
     except DocgenError as error:
         raise PluginError(f"docgen: {error}") from error
+
+
+_ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc|obj):<code>(~?)([\w.]+)</code>")
+
+
+def _drop_roles(html: str) -> str:
+    """The docstrings' Sphinx roles (``:class:`~a.b.C```) as plain code (``C``): griffe
+    leaves them as text, which reads as noise."""
+
+    def code(match: re.Match[str]) -> str:
+        short, target = match.groups()
+        return f"<code>{target.rsplit('.', 1)[-1] if short else target}</code>"
+
+    return _ROLE.sub(code, html)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    return _drop_roles(html)
 
 
 def on_files(files: Any, config: Any, **_: Any) -> Any:

@@ -98,3 +98,8 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists() -> None:
     in_nav = set(pages(config["nav"]))
     on_disk = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
     assert in_nav == on_disk
+
+
+def test_sphinx_roles_left_by_griffe_become_plain_code() -> None:
+    html = ":class:<code>~avatar_sdk.AvatarSession</code> and :func:<code>a.file_source</code>"
+    assert docgen._drop_roles(html) == "<code>AvatarSession</code> and <code>a.file_source</code>"
