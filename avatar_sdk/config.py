@@ -28,6 +28,16 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+#: Default of ``SessionConfig.max_message_size``, bytes.
+MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+#: Smallest ``max_message_size``: below it the connect sequence's own messages would not fit.
+MIN_MESSAGE_SIZE: Final = 1024
+
+
+def _is_message_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_MESSAGE_SIZE
+
+
 def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
     return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{owner}.{name} {rule} (got {preview(value)})")
 
@@ -203,11 +213,15 @@ class SessionConfig:
     """Default bound of each ``session.events()`` buffer (events, >= 1; ``max_queue=``
     overrides it per stream). A consumer that falls behind loses the oldest events and
     reads an ``events_dropped`` notice where they were."""
+    max_message_size: int = MAX_MESSAGE_SIZE
+    """Largest control-socket message accepted, in bytes (at least 1024; 4 MiB, aiohttp's
+    default). A bigger one is refused unread: one ``protocol_error``, then a cold reconnect,
+    because a connection-state recovery would replay it (``docs/security.md``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             # Annotations are strings here (postponed evaluation); every one is in the table.
-            check, rule = _FIELD_RULES[str(f.type)]
+            check, rule = _FIELD_LIMITS.get(f.name) or _FIELD_RULES[str(f.type)]
             value = getattr(self, f.name)
             if not check(value):
                 raise _invalid("SessionConfig", f.name, rule, value)
@@ -228,6 +242,11 @@ class SessionConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+
+#: Fields whose rule is narrower than their type's (checked instead of the type's rule).
+_FIELD_LIMITS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
+    "max_message_size": (_is_message_size, f"must be an int >= {MIN_MESSAGE_SIZE} (bytes)"),
+}
 
 #: How a SessionConfig field of each annotated type is checked, and the rule it states.
 _FIELD_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {

@@ -184,9 +184,10 @@ class SessionCompletedPayload(TypedDict):
 
 
 class ProtocolErrorPayload(TypedDict):
-    """The server sent a malformed event; it was ignored and the session goes on."""
+    """A server frame the SDK could not accept (malformed, oversized, a reserved name),
+    reported once; the session goes on (after a cold reconnect for an oversized one)."""
 
-    event: str
+    event: str  # the frame's event name, or "<unknown>" when it cannot be read
     detail: str
 
 

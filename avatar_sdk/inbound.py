@@ -18,7 +18,7 @@ from typing import Any
 from .config import SessionConfig
 from .conversation import ConversationView
 from .endings import Endings
-from .errors import AvatarError, ErrorCode
+from .errors import AvatarError, Category, ErrorCode
 from .guards import ConversationGuards
 from .lifecycle import CompletionSignal, IdleTimer
 from .link import ServerLink
@@ -116,8 +116,17 @@ class InboundHandler:
             link.handshake.fail(AvatarError(code, reason))
         elif decision.action == "recover_socket":
             self.spawn(self.recovery.recover_socket(link, reason), "socket-recovery")
+        elif decision.action == "recover_cold":
+            self.spawn(self._recover_cold(reason), "cold-recovery")
         elif decision.action == "end":
             self.spawn(self.endings.end(reason, code), "end")
+
+    async def _recover_cold(self, reason: str) -> None:
+        """The socket cannot be resumed (it would be handed the same poisoned message
+        again): a brand-new link, same thread."""
+        if self.machine.try_fire("session_lost"):
+            self.machine.set(reason=reason, category=str(Category.SERVER))
+            await self.recovery.recover_cold(reason)
 
     # -- agent restart ----------------------------------------------------------------------
     def _agent_restarting(self) -> None:

@@ -51,6 +51,10 @@ from .wire import (
 
 log = logging.getLogger(__name__)
 
+#: Events whose meaning is their name alone (a server verdict, the conversation's end): one
+#: whose payload could not be decoded still takes effect, with an empty payload.
+NAME_ONLY_EVENTS: frozenset[str] = frozenset({*FATAL_EVENTS, In.CONVERSATION_ENDED})
+
 
 @dataclass(frozen=True, slots=True)
 class LinkListener:
@@ -113,6 +117,14 @@ class ServerLink:
         if self.lanes is not None:
             self.lanes.on_event(event)
         listener.on_inbound(self, name, event)
+
+    def refused(self, listener: LinkListener, name: str, detail: str, name_only: bool) -> None:
+        """A frame the socket refused: a protocol error. If only the payload of an event
+        whose name is its whole meaning was lost, the event still happens (a server that
+        ended the conversation must not leave the session waiting forever)."""
+        listener.on_protocol_error(self, name, detail)
+        if name_only and name in NAME_ONLY_EVENTS:
+            self.receive(listener, name, [])
 
     # -- verbs ------------------------------------------------------------------------------
     async def emit(self, event: str, payload: object) -> None:
@@ -196,6 +208,9 @@ class LinkBuilder:
         def on_disconnect(_: ControlChannel, reason: str) -> None:
             listener.on_disconnect(link, reason)
 
+        def on_protocol_error(name: str, detail: str, name_only: bool) -> None:
+            link.refused(listener, name, detail, name_only)
+
         channel = ControlChannel(
             self._url,
             self.__token,
@@ -203,6 +218,8 @@ class LinkBuilder:
             partner_id=self._partner_id,
             on_event=on_event,
             on_disconnect=on_disconnect,
+            on_protocol_error=on_protocol_error,
+            max_message_size=self._config.max_message_size,
             counters=self._counters,
             ssl_context=self._ssl,
             now=self._clock.monotonic,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from engineio import packet as eio_packet
+
 from ..wire.names import In
 
 if TYPE_CHECKING:
@@ -15,6 +17,17 @@ _MALFORMED: dict[str, Any] = {
     In.AGENT_RAW_TEXT: {"speechId": 7, "turnId": None, "delta": 42},
     In.ASR_WEBRTC_ANSWER: {"answer": "not-an-object"},
 }
+
+
+class _RawFrame(eio_packet.Packet):  # type: ignore[misc]
+    """An Engine.IO "packet" whose encoding is exactly the text given: engineio's websocket
+    writer sends ``pkt.encode()`` as one text frame, so nothing re-encodes it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(eio_packet.MESSAGE, data=text)
+
+    def encode(self, b64: bool = False) -> str:
+        return str(self.data)
 
 
 class Faults:
@@ -134,6 +147,31 @@ class Faults:
         bad = payload if payload is not None else _MALFORMED.get(event_name, "not-an-object")
         for conv in list(self._server.conversations.values()):
             await conv.emit(event_name, bad)
+
+    async def raw_frame(self, text: str) -> int:
+        """Write ``text`` verbatim as one websocket text frame to every client.
+
+        ``text`` is a whole Engine.IO frame, its type digit included: ``'42["x",{}]'`` is a
+        Socket.IO EVENT, ``'44{"message":"no"}'`` a CONNECT_ERROR. Nothing validates it, and
+        it is not kept for connection-state recovery (no offset). Returns how many clients
+        it was written to.
+        """
+        self.injected.append("raw_frame")
+        sent = 0
+        for socket in list(self._server.sio.eio.sockets.values()):
+            if socket.closed or socket.closing or not socket.upgraded:
+                continue
+            await socket.send(_RawFrame(text))
+            sent += 1
+        return sent
+
+    async def oversized(self, size: int, event_name: str = In.CONVERSATION_TIME_WARNING) -> None:
+        """Send ``event_name`` with a payload padded to about ``size`` bytes, through the
+        recovery buffer like any event (so a recovery replays it)."""
+        self.injected.append(f"oversized:{event_name}")
+        payload = {"remainingTime": 60, "pad": "x" * max(0, size)}
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(event_name, payload)
 
     # -- media (real aiortc peers, see .media) ----------------------------------------------
     async def ice_failure(self, channel: str, mode: str = "close") -> int:
