@@ -104,13 +104,10 @@ class RetryPolicy:
 class SessionConfig:
     """Timeouts, budgets and guard limits of a session. Every duration is in seconds.
 
-    Defaults follow the reference client. Build one with keyword arguments and derive
-    variants with :meth:`with_`::
-
-        config = SessionConfig(reconnect_window=10.0, idle_timeout=0)
-        strict = config.with_(brain_stall_timeout=5.0)
-
-    A bad value raises ``AvatarError(invalid_argument)`` naming the field.
+    Defaults follow the reference client. Build one with keyword arguments, e.g.
+    ``SessionConfig(reconnect_window=10.0, idle_timeout=0)``, and derive variants with
+    ``config.with_(brain_stall_timeout=5.0)``. A bad value raises
+    ``AvatarError(invalid_argument)`` naming the field.
     """
 
     overall_connect_timeout: float = 30.0
