@@ -12,12 +12,9 @@
   ``transitions`` loggers that emit them: it drops records below WARNING that belong to a
   machine named :data:`MACHINE_NAME`, and nothing else. Levels are untouched, other
   applications' machines keep their INFO lines, and warnings and errors always pass.
-  To see the SDK machine's own lines too (debugging the SDK)::
-
-      import logging
-      from avatar_sdk.logs import MACHINE_NOISE, NOISY_LOGGERS
-      for name in NOISY_LOGGERS:
-          logging.getLogger(name).removeFilter(MACHINE_NOISE)
+  To see the SDK machine's own lines too (debugging the SDK), remove the filter:
+  ``logging.getLogger(name).removeFilter(MACHINE_NOISE)`` for each name in
+  :data:`NOISY_LOGGERS`.
 
 * python-socketio and python-engineio, given ``logger=False``, *configure* their
   ``socketio.client`` / ``engineio.client`` loggers the first time a client is built (level
