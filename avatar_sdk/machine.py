@@ -33,6 +33,7 @@ from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from .config import SessionConfig
 from .errors import ErrorCode
+from .logs import MACHINE_NAME
 from .transport.csr import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
 
 log = logging.getLogger(__name__)
@@ -295,6 +296,7 @@ class SessionMachine:
             send_event=True,
             after_state_change=self._after_change,
             queued=False,
+            name=MACHINE_NAME,  # avatar_sdk.logs filters this machine's INFO lines only
         )
         self.history: list[tuple[str, str, str]] = []
 

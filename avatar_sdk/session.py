@@ -70,13 +70,30 @@ class AvatarSession(EventSource):
         ssl: SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        """See CONTRACT: ``url``/``token`` of the backend; ``thread_id`` resumes a thread;
-        ``audio`` an aiortc track for the uplink (None: silence); ``media=False`` for text
-        only; ``journal`` a JSONL path of every event; ``clock`` for tests (seconds).
+        """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
-        TLS (docs/security.md): ``ssl`` an ``ssl.SSLContext``, or ``ca_file`` a PEM file of
-        a private CA trusted besides the system's, applies to every connection the session
-        makes (Socket.IO, WHEP, genie); an untrusted certificate fails with ``tls_failed``."""
+        :param url: the conversation backend's base URL, ``https://host[:port]``.
+        :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
+            genie calls, never logged or shown in a repr.
+        :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
+            (None: neither is sent).
+        :param partner_id: the partner id the backend expects in the connection query.
+        :param thread_id: continue an earlier conversation's memory; replayed on every join.
+        :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
+            silence, file, microphone); None sends silence.
+        :param video: False subscribes to the avatar's voice only.
+        :param media: False opens the control channel only (text turns, no WebRTC).
+        :param config: a ``SessionConfig`` (timeouts, budgets, guards; seconds).
+        :param allow_insecure_transport: permit http/ws and private media hosts (a local
+            backend such as ``StagingServer``; never in production).
+        :param turn: a ``TurnConfig`` for a TURN relay on restrictive networks.
+        :param journal: a path to append one JSON line per event (never the token).
+        :param clock: an injected clock for tests (``avatar_sdk.testing.FakeClock``).
+        :param ssl: an ``ssl.SSLContext`` for every connection; or
+        :param ca_file: a PEM file of a private CA trusted besides the system's (not both).
+        :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
+            for an http URL without the opt-in.
+        """
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
         register_secret(token)

@@ -9,8 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 _CHILD = """
@@ -43,12 +41,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="avatar_sdk/transport/control.py must pass logger=warnings_only('socketio.client'), "
-    "engineio_logger=warnings_only('engineio.client') (avatar_sdk.logs) instead of False: "
-    "python-socketio then adds a StreamHandler and level ERROR; remove this mark then",
-)
 def test_a_session_configures_no_client_logger() -> None:
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_CHILD)],

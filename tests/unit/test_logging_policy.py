@@ -72,11 +72,6 @@ def test_install_is_idempotent_and_changes_no_level() -> None:
         assert logger.level == logging.NOTSET
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="avatar_sdk/machine.py must build its machine with name=logs.MACHINE_NAME "
-    "(SessionMachine.__init__: _Machine(..., name=MACHINE_NAME)); remove this mark then",
-)
 def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     machine = SessionMachine(strict=True)
