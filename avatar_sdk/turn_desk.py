@@ -92,8 +92,6 @@ class TurnDesk:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = clamp_text(text)
         m = self._machine
-        if self._usable():
-            await self._past_expected()  # the greeting is due: see it begin first
         if self._usable() and self.gate.phase == "open":
             try:
                 await self._send_turn(text)
@@ -107,7 +105,9 @@ class TurnDesk:
         if len(self._held) >= MAX_HELD_TURNS:
             raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._held.append((text, fut))
+        self._held.append((text, fut))  # in spoken order, whatever releases it
+        if self._usable() and await self._past_expected():
+            await self.flush(join=True)  # no greeting came: nothing else will release it
         await fut
 
     def _usable(self) -> bool:
@@ -174,18 +174,20 @@ class TurnDesk:
             else:
                 event.clear()
 
-    async def _past_expected(self) -> None:
+    async def _past_expected(self) -> bool:
         """The session was just approved and its greeting has not begun: wait for it to
-        begin, at most ``agent_timeout`` (a server with no greeting takes turns at once)."""
+        begin, at most ``agent_timeout`` (a server with no greeting takes turns at once).
+        True if it never began (this call opened the gate)."""
         if self.gate.phase != "expected":
-            return
+            return False
         await sleep_or(self._clock, self._config.agent_timeout, self._gate_started)
-        if self.gate.give_up_waiting():
-            log.info(
-                "no opening turn within %.3gs of approval; sending turns",
-                self._config.agent_timeout,
-            )
-            self._sync_gate()
+        if not self.gate.give_up_waiting():
+            return False
+        log.info(
+            "no opening turn within %.3gs of approval; sending turns", self._config.agent_timeout
+        )
+        self._sync_gate()
+        return True
 
     async def _until_interruptible(self) -> None:
         """Until the server would take a typed turn: past the expected greeting, then until

@@ -29,6 +29,7 @@ from aiohttp import web
 from ..besteffort import best_effort
 from ..wire.names import In, Out
 from .brain import Brain
+from .control import control_routes
 from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
@@ -310,6 +311,7 @@ class StagingServer:
         audio_only: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         advertise_host: str | None = None,
+        control_api: bool = False,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -317,9 +319,11 @@ class StagingServer:
         :class:`avatar_sdk.testing.tls.TestCA` for a private CA). ``advertise_host``: the
         host name put in the URLs handed to clients (``webrtc_url``, ``finalUrl``,
         ``public_url``) instead of ``host``, for clients that refuse a loopback or private
-        media host, or reach the server under another name."""
+        media host, or reach the server under another name. ``control_api=True``: serve the
+        HTTP control API (:mod:`.control`) for clients in other languages."""
         self.host = host
         self.advertise_host = advertise_host
+        self.control_api = control_api
         self.ssl_context = ssl_context
         self.port = port
         self.token = token or "stg-" + secrets.token_urlsafe(24)
@@ -362,6 +366,8 @@ class StagingServer:
         app.router.add_get("/healthz", self._healthz)
         self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
+        if self.control_api:
+            control_routes(self)(app)
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
