@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..wire.names import In
 from ..wire.speech import make_speech_id
+from .vad import ListenConfig
 
 if TYPE_CHECKING:
     from .server import StagingServer
@@ -89,6 +90,10 @@ class Brain:
         self.chunk_words = 4
         self.turns_started = 0
         self._active: _Scripted | None = None
+        #: Energy-based utterance detection on the uplink (None: off), see :meth:`listen`.
+        self.listening: ListenConfig | None = None
+        self._transcripts: deque[str] = deque()
+        self._heard = 0
 
     def reply(self, text: str) -> None:
         """The next turn's spoken answer."""
@@ -146,6 +151,32 @@ class Brain:
         ]
         splits = tuple(sorted({(count * k) // groups for k in range(1, groups)} - {0}))
         self._script.append(_Scripted(text=None, tool_calls=calls, turn_splits=splits))
+
+    def listen(
+        self,
+        transcripts: Sequence[str] = (),
+        *,
+        threshold: float = 0.02,
+        min_speech: float = 0.25,
+        silence: float = 0.6,
+    ) -> None:
+        """Treat real uplink audio as speech (:mod:`.vad`): a burst whose frames reach
+        ``threshold`` RMS for ``min_speech`` seconds is the user talking
+        (``userStartedTalking``, barging in on a talking avatar), and ``silence`` seconds
+        of quiet after it end the utterance, which becomes a voice turn (as
+        :meth:`voice_turn`) whose transcription is the next of ``transcripts`` (then
+        ``"utterance <n>"``)."""
+        self.listening = ListenConfig(float(threshold), float(min_speech), float(silence))
+        self._transcripts = deque(str(t) for t in transcripts)
+
+    def stop_listening(self) -> None:
+        """Uplink audio is ignored again (the default)."""
+        self.listening = None
+
+    def next_transcript(self) -> str:
+        """What the next detected utterance "said"."""
+        self._heard += 1
+        return self._transcripts.popleft() if self._transcripts else f"utterance {self._heard}"
 
     def clear(self) -> None:
         self._script.clear()

@@ -7,7 +7,8 @@ Go client's) can drive the backend the way a Python test calls ``staging.faults.
 * ``POST /_control/faults/<name>`` with a JSON object of keyword arguments (or no body)
   calls ``staging.faults.<name>(**body)``;
 * ``POST /_control/brain/<name>`` does the same for a brain script (``reply``, ``stall``,
-  ``tool_calls``, ``tool_spiral``, ``voice_turn``, ``clear``);
+  ``tool_calls``, ``tool_spiral``, ``voice_turn``, ``listen``, ``stop_listening``,
+  ``clear``);
 * ``GET /_control/conversations`` lists what each client session did (turns taken,
   dropped, spoken) and ``GET /_control/received`` what the clients emitted, in order.
 
@@ -31,7 +32,16 @@ __all__ = ["BRAIN_SCRIPTS", "CONTROL_PREFIX", "control_routes", "fault_names"]
 
 CONTROL_PREFIX: Final = "/_control"
 #: Brain scripts callable over HTTP.
-BRAIN_SCRIPTS: Final = ("reply", "stall", "tool_calls", "tool_spiral", "voice_turn", "clear")
+BRAIN_SCRIPTS: Final = (
+    "reply",
+    "stall",
+    "tool_calls",
+    "tool_spiral",
+    "voice_turn",
+    "listen",
+    "stop_listening",
+    "clear",
+)
 #: Public ``Faults`` callables that are helpers of the server, not faults.
 _NOT_FAULTS: Final = frozenset({"take_admission_error", "take_genie_status"})
 

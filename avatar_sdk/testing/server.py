@@ -34,6 +34,7 @@ from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
+from .vad import UtteranceDetector
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ class Conversation:
         self.dropped_turns: list[str] = []
         self.agent_down = False
         self._restart: asyncio.TimerHandle | None = None
+        self._detector: UtteranceDetector | None = None
+        self._listening: set[asyncio.Task[None]] = set()
         self.ended = False
 
     async def emit(self, event: str, payload: Any) -> None:
@@ -243,6 +246,32 @@ class Conversation:
             if self.turn_progress is progress:
                 self.uninterruptible = False
 
+    def hear(self, rms: float, seconds: float) -> None:
+        """One decoded uplink frame, for the utterance detector (``brain.listen``)."""
+        brain = self.server.brain
+        config = brain.listening
+        if config is None or self.ended or not self.approved:
+            self._detector = None
+            return
+        if self._detector is None or self._detector.config is not config:
+            self._detector = UtteranceDetector(config)
+        verdict = self._detector.feed(rms, seconds)
+        if verdict is None:
+            return
+        work = self.user_onset() if verdict == "onset" else self._heard(brain.next_transcript())
+        task = asyncio.ensure_future(work)
+        self._listening.add(task)
+        task.add_done_callback(self._listening.discard)
+
+    async def _heard(self, text: str) -> None:
+        await self.voice_turn(text, onset=False)
+
+    async def user_onset(self) -> None:
+        """The server's VAD hears the user start talking: ``userStartedTalking``, and a
+        talking avatar is interrupted (unless its turn is uninterruptible)."""
+        await self.emit(In.USER_STARTED_TALKING, {})
+        await self.barge_in()
+
     async def barge_in(self) -> None:
         """The barge-in marker: a turn in progress is cut short with its closing events,
         unless it is uninterruptible (then the marker is ignored)."""
@@ -252,16 +281,17 @@ class Conversation:
         if closing is not None and not closing.done():
             await asyncio.wait({closing})
 
-    async def voice_turn(self, text: str) -> bool:
+    async def voice_turn(self, text: str, *, onset: bool = True) -> bool:
         """The service's speech recognition finalised the utterance ``text`` (see
-        :meth:`Brain.voice_turn`). False if the server dropped it."""
+        :meth:`Brain.voice_turn`); ``onset=False``: its VAD onset was already played. False
+        if the server dropped it."""
         brain = self.server.brain
         spacing = self.server.event_spacing
-        await self.emit(In.USER_STARTED_TALKING, {})  # VAD onset
+        if onset:
+            await self.user_onset()
         if self.uninterruptible or self.agent_down:
             self.dropped_turns.append(text)
             return False
-        await self.barge_in()  # talking over the avatar interrupts it (interruptionsEnabled)
         speech_id = brain.speech_id_for("transcript", text)
         for event, payload in brain.asr_events(text, speech_id):
             await self.emit(event, payload)
@@ -285,13 +315,15 @@ class Conversation:
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
         """The turn tasks still to be awaited (the running turn, a cut turn's closing)."""
-        return [t for t in (self.turn_task, self._closing) if t is not None]
+        return [t for t in (self.turn_task, self._closing, *self._listening) if t is not None]
 
     def close(self) -> None:
         self.ended = True
         self.cancel_turn()
         if self._closing is not None and not self._closing.done():
             self._closing.cancel()
+        for task in self._listening:
+            task.cancel()
         if self._restart is not None:
             self._restart.cancel()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from yarl import URL
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.machine import mermaid
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.control import BRAIN_SCRIPTS, fault_names
 
 from .conftest import FAST
 
@@ -133,3 +136,33 @@ async def test_standalone_staging_advertises_its_host_and_is_driven_over_http() 
             await made.close()
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)
+
+
+_CURL = re.compile(r"""^curl -s -X POST "\$STAGING(/_control/\S+)"(?: -d '(.*)')?$""")
+
+
+def _doc_examples() -> list[tuple[str, Any]]:
+    """The runnable ``curl`` examples of docs/testing.md: (path, JSON body or None)."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    found = []
+    for line in text.splitlines():
+        match = _CURL.match(line.strip())
+        if match:
+            found.append((match[1], json.loads(match[2]) if match[2] else None))
+    return found
+
+
+async def test_docs_show_a_runnable_example_for_every_fault_and_brain_script() -> None:
+    """Every fault and brain script has a ``curl`` example in docs/testing.md, and each one
+    is accepted by the control API of a running backend (in-process here)."""
+    examples = _doc_examples()
+    async with StagingServer(control_api=True) as staging:
+        documented = {path for path, _ in examples}
+        missing = [f for f in fault_names(staging) if f"/_control/faults/{f}" not in documented]
+        missing += [b for b in BRAIN_SCRIPTS if f"/_control/brain/{b}" not in documented]
+        assert missing == [], f"docs/testing.md lacks curl examples for {missing}"
+        async with aiohttp.ClientSession() as http:
+            for path, body in examples:
+                status, answer = await _post(http, staging.url + path, body)
+                assert (status, answer.get("ok")) == (200, True), (path, answer)
+        assert staging.faults.injected  # they really ran

@@ -470,3 +470,38 @@ async def test_a_media_session_subscribes_under_the_advertised_host() -> None:
             assert staging.media.live_viewers() == 1
         finally:
             await session.close()
+
+
+async def test_a_burst_of_real_uplink_audio_then_silence_is_a_voice_turn(
+    staging: StagingServer,
+) -> None:
+    """``brain.listen``: the backend's energy detector turns a tone burst on the ASR uplink,
+    followed by silence, into a voice turn with the scripted transcription."""
+    staging.brain.listen(["hello from the microphone"], min_speech=0.2, silence=0.4)
+    staging.brain.reply("I heard you.")
+    session = AvatarSession(
+        staging.url,
+        staging.token,
+        audio=ToneSource(),
+        allow_insecure_transport=True,
+        config=FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0),
+    )
+    session.mic_enabled = False  # silence until the greeting is over
+    try:
+        await session.connect()
+        await session.wait_for("agent_talking", 5, lambda e: not e.data["talking"])
+        onset = session.expect("user_started_talking", timeout=5)
+        heard = session.expect("user_transcription", timeout=8)
+        answered = session.expect(
+            "agent_turn_ended", lambda e: "microphone" in (e.data["speech_id"] or ""), 8
+        )
+        session.mic_enabled = True  # the user talks (a 0.3-amplitude tone)...
+        await onset
+        session.mic_enabled = False  # ...then stops
+        assert (await heard).data == {"text": "hello from the microphone", "final": True}
+        await answered
+        assert staging.conversations[staging.live_sids[0]].voice_turns == [
+            "hello from the microphone"
+        ]
+    finally:
+        await session.close()

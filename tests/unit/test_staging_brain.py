@@ -10,6 +10,7 @@ import pytest
 
 from avatar_sdk.testing import Brain
 from avatar_sdk.testing.brain import ToolSegment
+from avatar_sdk.testing.vad import ListenConfig, UtteranceDetector
 from avatar_sdk.wire import In, make_speech_id
 
 SPEECH = make_speech_id("transcript", "open the filing", nonce="ab12")
@@ -130,3 +131,38 @@ def test_asr_events_grow_interim_transcripts_then_finalise() -> None:
     assert [p["isSpeechStartEvent"] for e, p in one_word if e == In.DEBUG_VAD_SPEECH_DETECTED] == [
         True
     ]
+
+
+# -- energy-based utterance detection (brain.listen) ------------------------------------------
+def _feed(detector: UtteranceDetector, level: float, seconds: float) -> list[str]:
+    verdicts = [detector.feed(level, 0.02) for _ in range(round(seconds / 0.02))]
+    return [v for v in verdicts if v is not None]
+
+
+def test_a_burst_then_silence_is_one_utterance() -> None:
+    detector = UtteranceDetector(ListenConfig(threshold=0.05, min_speech=0.2, silence=0.4))
+    assert _feed(detector, 0.0, 1.0) == []
+    assert _feed(detector, 0.2, 0.1) == []  # too short yet
+    assert _feed(detector, 0.2, 0.2) == ["onset"]
+    assert _feed(detector, 0.2, 1.0) == []
+    assert _feed(detector, 0.01, 0.3) == []  # a pause shorter than the silence
+    assert _feed(detector, 0.2, 0.1) == []  # talking again: the pause is forgotten
+    assert _feed(detector, 0.01, 0.4) == ["utterance"]
+    assert not detector.speaking
+
+
+def test_a_click_is_not_speech() -> None:
+    detector = UtteranceDetector(ListenConfig(threshold=0.05, min_speech=0.2, silence=0.4))
+    for _ in range(10):
+        assert _feed(detector, 0.5, 0.1) + _feed(detector, 0.0, 0.1) == []
+
+
+def test_listen_config_is_checked_and_transcripts_run_out_gracefully() -> None:
+    with pytest.raises(ValueError):
+        ListenConfig(threshold=0.0)
+    brain = Brain()
+    brain.listen(["first"])
+    assert brain.listening == ListenConfig()
+    assert [brain.next_transcript(), brain.next_transcript()] == ["first", "utterance 2"]
+    brain.stop_listening()
+    assert brain.listening is None
