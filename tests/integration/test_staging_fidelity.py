@@ -5,7 +5,6 @@ uninterruptible greeting, voice turns, ``availabilityResult`` timing. Real socke
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -86,10 +85,8 @@ async def test_a_protocol_following_client_gets_the_tier_error_after_stv_new_ses
     staging.faults.tier_exceeded()
     client = RawClient()
     await client.open(staging)
-    started = time.monotonic()
     await client.join_and_create(staging)
-    verdict = await client.until(In.THROW_TO_EXCEEDED_TIER)
-    assert time.monotonic() - started < 2.0  # an answer, not a 5 s join timeout
+    verdict = await client.until(In.THROW_TO_EXCEEDED_TIER)  # an answer, not a silence
     assert client.index(In.CLIENT_CONFIGURATION) < verdict
     assert client.index(In.JOIN_COMPLETE) < verdict
     assert In.STV_NEW_SESSION not in client.names()
@@ -114,11 +111,9 @@ async def test_the_sdk_fails_connect_on_a_verdict_at_either_step(
     session = make_session()
     states: list[str] = []
     session.on("state_changed", lambda e: states.append(e.data["state"]))
-    started = time.monotonic()
     with pytest.raises(AvatarError) as info:
         await session.connect()
-    assert info.value.code is code
-    assert time.monotonic() - started < 1.0  # the verdict, not a step timeout
+    assert info.value.code is code  # the verdict, not a step timeout
     assert session.state == "failed"
     # Where it answered: after the join answers (the machine asked for the STV session),
     # or instead of them.
