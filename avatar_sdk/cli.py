@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import json
 import sys
 import time
 from typing import Any
-
-from aiohttp import web
 
 from .config import SessionConfig
 from .errors import AvatarError
@@ -20,6 +17,7 @@ from .machine import mermaid
 from .media import ToneSource
 from .session import AvatarSession
 from .testing import StagingServer
+from .testing.control import CONTROL_PREFIX
 
 _QUIET = {"agent_text", "caption"}
 
@@ -114,32 +112,19 @@ async def demo(media: bool = True) -> int:
         return 0
 
 
-async def serve(host: str, port: int, token: str | None) -> int:
-    """Run the staging backend until interrupted, with a local fault-control API."""
-    staging = StagingServer(host=host, port=port, token=token)
-
-    async def control(request: web.Request) -> web.Response:
-        name = request.match_info["fault"]
-        method = getattr(staging.faults, name, None)
-        if name.startswith("_") or not callable(method):
-            return web.json_response({"error": f"unknown fault {name}"}, status=404)
-        try:
-            kwargs = await request.json() if request.can_read_body else {}
-            result = method(**kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        except (TypeError, ValueError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        return web.json_response({"ok": True, "result": result})
-
-    def routes(app: web.Application) -> None:
-        app.router.add_post("/_control/faults/{fault}", control)
-
-    staging.add_routes = routes  # type: ignore[method-assign]
+async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
+    """Run the staging backend until interrupted, with its HTTP control API
+    (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    staging = StagingServer(
+        host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
+    )
     await staging.start()
-    print(json.dumps({"url": staging.url, "genie_url": staging.genie_url, "token": staging.token}))
+    url = staging.public_url
+    print(json.dumps({"url": url, "genie_url": f"{url}/genie", "token": staging.token}))
     print(
-        f"faults: POST {staging.url}/_control/faults/<name> with JSON keyword arguments", flush=True
+        f"faults: POST {url}{CONTROL_PREFIX}/faults/<name>, brain scripts: POST "
+        f"{url}{CONTROL_PREFIX}/brain/<name>, with JSON keyword arguments",
+        flush=True,
     )
     try:
         await asyncio.Event().wait()
@@ -162,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     serve_p.add_argument("--host", default="127.0.0.1")
     serve_p.add_argument("--port", type=int, default=0)
     serve_p.add_argument("--token", default=None)
+    serve_p.add_argument(
+        "--advertise-host",
+        default=None,
+        metavar="NAME",
+        help="host name in the URLs handed to clients (the WHEP URL), instead of --host",
+    )
     args = parser.parse_args(argv)
     if args.command == "diagram":
         print(mermaid(), end="")
@@ -169,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         return asyncio.run(demo(media=not args.no_media))
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(args.host, args.port, args.token))
+        return asyncio.run(serve(args.host, args.port, args.token, args.advertise_host))
     return 0
 
 

@@ -92,6 +92,9 @@ class InboundHandler:
         if routing.agent_back and self._agent_back is not None and not self._agent_back.done():
             self._agent_back.set_result(None)
         self.desk.observe(routing.speech_id, routing.turn_to_talk)
+        if self.desk.observe_turn(event):
+            # An uninterruptible turn (the greeting) ended: the turns held meanwhile go now.
+            spawn(self.desk.flush(join=True), "turn-delivery")
         for public_name, data in self.view.apply(event):
             self.emit(public_name, data)
         if self.view.thread_id and self.completion.thread_id != self.view.thread_id:
@@ -133,6 +136,7 @@ class InboundHandler:
         # A restarting agent drops user turns: hold them until it is back (showAgent), or
         # for agent_timeout at most, then deliver them in order.
         self.machine.set(agent_restarting=True)
+        self.desk.reset_gate()  # the turn in flight (even the greeting) died with the agent
         self._agent_back = back = asyncio.get_running_loop().create_future()
         self.spawn(self._await_agent(back), "agent-restart")
 

@@ -11,8 +11,6 @@ the server shows evidence of receipt:
   and the newest turn over older ones;
 * ``agentTurnToTalk`` (the server handed a user turn to the brain): it confirms every
   turn sent on the current connection;
-* an answered socket probe sent after the turn (one ordered websocket: a server that
-  answered a later message read the earlier one).
 
 After a recovery, an unconfirmed turn with no evidence within ``turn_confirm_timeout`` is
 resent exactly once; a confirmed turn is never resent.
@@ -21,12 +19,16 @@ Evidence for a turn confirms the turns sent before it only on the same connectio
 same *epoch*): a turn lost in a dead socket is never confirmed by the answer to a turn sent
 after the recovery, even when that later text starts the same way. Pure: no I/O, no clock
 of its own.
+
+:class:`TurnGate` says when the server would drop a typed turn (during an uninterruptible
+agent turn such as the opening greeting), so the desk holds it until the gate opens.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from .wire import SpeechId
 
@@ -126,3 +128,64 @@ class TurnLedger:
 
     def clear(self) -> None:
         self._turns.clear()
+
+
+#: speechId triggers of agent turns a user turn cannot interrupt: the service ignores the
+#: barge-in marker during one and drops a typed turn sent then (PROTOCOL.md §4.13 [newer]).
+UNINTERRUPTIBLE_TRIGGERS: Final = frozenset(
+    {"approved-permissions", "resume-replay", "wake-up", "hangup-message"}
+)
+
+
+@dataclass(slots=True)
+class TurnGate:
+    """Whether the server would take a typed turn now. Pure: fed what the server said.
+
+    ``open``: it would. ``expected``: the session was just approved, so the opening greeting
+    (uninterruptible) is due but has not begun. ``running``: an uninterruptible turn is on
+    until its closing events (``stvFinishedTalking`` or ``agentInterrupted``; for a turn
+    that never talked, ``stvFinishedGenerating``). A turn typed while the gate is not open
+    would be dropped by the server, so the client holds it until the gate opens.
+    """
+
+    phase: Literal["open", "expected", "running"] = "open"
+    speech_id: str | None = None
+    talking: bool = False
+
+    def expect_opening(self) -> None:
+        """``askPermissions``: the approval that starts the opening greeting comes next."""
+        self.phase, self.speech_id, self.talking = "expected", None, False
+
+    def speech_started(self, speech_id: str | None, is_new_turn: bool) -> bool:
+        """``agent_start_speech``; True if the gate opened (a new, interruptible turn)."""
+        if not is_new_turn:
+            return False  # a continuation of the turn in flight
+        parsed = SpeechId.parse(speech_id) if speech_id else None
+        if parsed is not None and parsed.trigger in UNINTERRUPTIBLE_TRIGGERS:
+            self.phase, self.speech_id, self.talking = "running", speech_id, False
+            return False
+        return self.reset()
+
+    def talking_started(self) -> None:
+        if self.phase == "running":
+            self.talking = True
+
+    def talking_finished(self) -> bool:
+        """``stvFinishedTalking`` / ``agentInterrupted``; True if the gate opened."""
+        return self.reset() if self.phase == "running" else False
+
+    def generation_finished(self, speech_id: str | None) -> bool:
+        """``stvFinishedGenerating``: ends an uninterruptible turn that never talked."""
+        if self.phase == "running" and not self.talking and speech_id == self.speech_id:
+            return self.reset()
+        return False
+
+    def give_up_waiting(self) -> bool:
+        """The expected opening never began: stop waiting for it; True if the gate opened."""
+        return self.reset() if self.phase == "expected" else False
+
+    def reset(self) -> bool:
+        """Open (the session ended, or the turn is over); True if it was not open."""
+        was_closed = self.phase != "open"
+        self.phase, self.speech_id, self.talking = "open", None, False
+        return was_closed
