@@ -22,7 +22,6 @@ import socketio
 from ..besteffort import best_effort
 from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
-from ..logs import warnings_only
 from ..redact import register_secret
 from .csr import (
     ProtocolErrorSink,
@@ -144,10 +143,6 @@ class ControlChannel:
             )
         client = RecoveringAsyncClient(
             http_session=self._http,
-            # Not False: python-socketio would then install a StreamHandler at ERROR in the
-            # user's process. A logger object that passes warnings only changes nothing.
-            logger=warnings_only("socketio.client"),
-            engineio_logger=warnings_only("engineio.client"),
             on_protocol_error=self._handle_protocol_error,
             max_message_size=self._max_message_size,
         )

@@ -53,6 +53,7 @@ from engineio import packet as eio_packet
 from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
+from ..logs import warnings_only
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,10 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         ``max_message_size``: bytes; bigger websocket messages are refused (aiohttp's
         ``max_msg_size``, passed through engineio's ``websocket_extra_options``)."""
         kwargs.setdefault("reconnection", False)  # the session machine decides, not the library
+        # python-socketio's default (False) installs a handler and a level on the global
+        # logger; a warnings-only logger object leaves the user's logging config alone.
+        kwargs.setdefault("logger", warnings_only("socketio.client"))
+        kwargs.setdefault("engineio_logger", warnings_only("engineio.client"))
         kwargs.setdefault("handle_sigint", False)
         if max_message_size is not None:
             options = dict(kwargs.get("websocket_extra_options") or {})

@@ -84,6 +84,7 @@ def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCapture
 
 def test_warnings_only_drops_info_and_forwards_warnings(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="socketio.client")  # whatever ran before us
     adapter = warnings_only("socketio.client")
     adapter.info("Emitting event %s", "join")
     adapter.warning("odd packet %s", "x")
