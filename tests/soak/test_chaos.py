@@ -158,9 +158,9 @@ class Tour:
             for sid, c in self.staging.conversations.items()
         ]
         quiet = ("asr-webrtc-offer", "asr-webrtc-ice-candidate", "checkAvailability")
-        for event in self.staging.received[-30:]:
-            if event.event not in quiet:
-                lines.append(f"  received {event.sid[:8]} {event.event} {event.payload}")
+        received = [e for e in self.staging.received if e.event not in quiet]
+        for event in received[-30:]:
+            lines.append(f"  received {event.sid[:8]} {event.event} {event.payload}")
         return lines
 
     def live_conversation(self) -> Conversation:
