@@ -118,7 +118,6 @@ class Tour:
     # -- faults -----------------------------------------------------------------------------
     async def inject(self, fault: str) -> None:
         faults = self.staging.faults
-        self.faults.append(fault)
         self.note(f"-- fault {fault}")
         if fault in ("drop", "refuse"):
             await faults.drop_socket(recovery=fault == "drop")
@@ -173,6 +172,7 @@ class Tour:
         fault = self.rng.choice(FAULTS)
         text = f"turn {index:03d} ({fault})"  # unique, and no text is a prefix of another
         where = f"seed {self.seed} round {index}"
+        self.faults.append(fault)
         if fault == "pause_resume":
             await self.pause_resume(where)
             await self.turn(text, where)
@@ -223,6 +223,7 @@ class Tour:
         await session.pause()
         assert session.state == "paused", (where, session.state)
         fault = self.rng.choice(PAUSED_FAULTS)
+        self.faults[-1] += f"+{fault}"
         if SKIP_KNOWN:
             await self.server_read_so_far()
         if fault != "none":
