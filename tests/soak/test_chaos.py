@@ -219,8 +219,14 @@ class Tour:
         """Pause; maybe lose the control socket while paused (the recovery must come back
         to ``paused``, with the server session paused too); resume."""
         session = self.session
-        self.note("-- pause")
+        paused = session.expect("state_changed", lambda e: e.data["state"] == "paused", RECOVERY)
+        self.note(f"-- pause in {session.state}")
         await session.pause()
+        if session.state == "recovering_media":
+            # Paused while one channel recovers: the machine enters ``paused`` once the
+            # media tier is done (``media_recovered``, or ``cold_reconnected`` if it went cold).
+            await paused
+        paused.cancel()
         assert session.state == "paused", (where, session.state)
         fault = self.rng.choice(PAUSED_FAULTS)
         self.faults[-1] += f"+{fault}"
