@@ -110,6 +110,8 @@ class Tour:
             "gave_up",
             "error",
             "session_released",
+            "media_recovering",
+            "media_recovered",
             "ended",
         ):
             return
