@@ -7,8 +7,9 @@ the SDK itself must know which turns may be lost. This ledger keeps every sent t
 the server shows evidence of receipt:
 
 * an inbound event whose speechId was minted for it (trigger ``transcript``, payload the
-  turn's text, possibly cut short, PROTOCOL.md §3.7): an exact match wins over a prefix,
-  and the newest turn over older ones;
+  turn's text, PROTOCOL.md §3.7): the text must match exactly, or start with a payload of
+  :data:`TRUNCATED_PAYLOAD` characters or more (cut short by the server); the newest turn
+  wins, and each speechId confirms at most once (every segment of an answer carries it);
 * ``agentTurnToTalk`` (the server handed a user turn to the brain): it confirms every
   turn sent on the current connection;
 
@@ -34,6 +35,11 @@ from .wire import SpeechId
 
 #: Turns remembered at most; the oldest unconfirmed one is forgotten first.
 MAX_TRACKED_TURNS = 64
+#: A speechId payload this long may be the turn's text cut short (the staging backend cuts
+#: at 60; the service's limit is not documented): only then does a prefix count as a match.
+TRUNCATED_PAYLOAD = 60
+#: SpeechIds remembered as already used as evidence (each confirms at most once).
+_SEEN_SPEECH_IDS = 256
 
 
 def _normalize(text: str) -> str:
@@ -60,6 +66,7 @@ class TurnLedger:
     _turns: list[Turn] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _epoch: int = 0
+    _used: dict[str, None] = field(default_factory=dict)
 
     def sent(self, text: str, *, resent: bool = False) -> Turn:
         """Record a turn that was just written to the socket."""
@@ -90,13 +97,19 @@ class TurnLedger:
         parsed = SpeechId.parse(raw)
         if parsed is None or parsed.trigger != "transcript" or not parsed.payload:
             return False
+        if raw in self._used:
+            return False
         said = _normalize(parsed.payload)
+        cut_short = len(parsed.payload) >= TRUNCATED_PAYLOAD
         newest_first = [t for t in reversed(self._turns) if not t.confirmed]
-        match = next((t for t in newest_first if _normalize(t.text) == said), None) or next(
-            (t for t in newest_first if _normalize(t.text).startswith(said)), None
-        )
+        match = next((t for t in newest_first if _normalize(t.text) == said), None)
+        if match is None and cut_short:
+            match = next((t for t in newest_first if _normalize(t.text).startswith(said)), None)
         if match is None:
             return False
+        self._used[raw] = None
+        if len(self._used) > _SEEN_SPEECH_IDS:
+            del self._used[next(iter(self._used))]
         self.confirm_through(match)
         return True
 

@@ -16,15 +16,14 @@ does the same when ``agentStartSpeech`` re-arms it in the iteration that deliver
 ``agent_speech_started`` to a caller who closes on it. Every ``asyncio.wait_for`` in a
 cancellable loop has this hole on 3.11.
 
-Deterministic: the close is issued in the same iteration that resolved the probe.
-``xfail(strict=True)`` until the SDK waits with ``asyncio.timeout`` (or re-raises a
-pending cancellation); a fix makes it XPASS, i.e. fail, so the marker goes with the fix.
+Deterministic: the close is issued in the same iteration that resolved the probe. Fixed:
+the probe and every watchdog wait with ``asyncio.wait`` on a clock timer
+(``clock.sleep_or``), which never swallows a cancellation.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 
 import pytest
@@ -35,14 +34,6 @@ from avatar_sdk.testing import StagingServer
 from ..integration.conftest import FAST
 
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6)
-
-
-_SWALLOWED = pytest.mark.xfail(
-    sys.version_info < (3, 12),
-    strict=True,
-    raises=AssertionError,
-    reason="asyncio.wait_for on 3.11 swallows a watchdog's cancellation",
-)
 
 
 async def _close_at_once(session: AvatarSession, caplog: pytest.LogCaptureFixture) -> None:
@@ -56,7 +47,6 @@ async def _close_at_once(session: AvatarSession, caplog: pytest.LogCaptureFixtur
     assert took < PROBING.close_timeout / 2, took  # today: the whole close_timeout
 
 
-@_SWALLOWED
 async def test_close_right_after_a_probe_answer_stops_every_task_at_once(
     staging: StagingServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -74,7 +64,6 @@ async def test_close_right_after_a_probe_answer_stops_every_task_at_once(
         await session.close()
 
 
-@_SWALLOWED
 async def test_close_right_after_the_answer_starts_stops_every_task_at_once(
     staging: StagingServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,16 +13,15 @@ user's turn is lost without a trace.
 
 Deterministic: the server holds the first turn's answer (a brain stall) until after the
 second turn went into the silenced socket, so the answer's events always reach the client
-after both turns were sent. ``xfail(strict=True)`` until a speech confirms exactly one turn
-(an exact payload match unless the payload was cut, and each speechId counted once); the
-control case (an unrelated second text) passes today.
+after both turns were sent. Fixed: a speech confirms exactly one turn (an exact payload
+match unless the payload was cut, and each speechId counted once); the control case (an
+unrelated second text) passed before the fix too.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 
 from avatar_sdk import AvatarSession
@@ -74,9 +73,6 @@ async def _second_turn_into_a_dead_socket(
     assert texts.count(second) == 1
 
 
-@pytest.mark.xfail(
-    strict=True, raises=TimeoutError, reason="a speech confirms a later turn it prefixes"
-)
 async def test_a_turn_extending_the_previous_one_is_resent_when_lost(
     staging: StagingServer, session: AvatarSession
 ) -> None:

@@ -22,12 +22,27 @@ from avatar_sdk.wire import In, StvStartedTalking, make_speech_id, parse_event
 
 
 def test_a_turn_is_confirmed_by_its_transcript_speech_id_even_truncated() -> None:
+    long_turn = "Hello there, how are   you today? " + "tell me everything about the weather " * 3
     ledger = TurnLedger()
-    ledger.sent("Hello there, how are   you today?")
+    ledger.sent(long_turn)
     assert not ledger.observe_speech_id(make_speech_id("approved-permissions"))
     assert not ledger.observe_speech_id(make_speech_id("transcript", "something else"))
-    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there, how are you"))
+    assert not ledger.observe_speech_id(make_speech_id("transcript", "hello there"))  # short
+    cut = " ".join(long_turn.split())[:60]  # the server cuts the text into the speechId
+    assert ledger.observe_speech_id(make_speech_id("transcript", cut, nonce="AbCd"))
     assert ledger.unconfirmed() == []
+
+
+def test_one_speech_id_confirms_once_and_a_short_prefix_never() -> None:
+    """The soak's find: every segment of the answer to "tell me" carries its speechId; none
+    of them may confirm a later "tell me more" that was lost in a dead socket."""
+    ledger = TurnLedger()
+    ledger.sent("tell me")
+    answer = make_speech_id("transcript", "tell me", nonce="Ab12")
+    assert ledger.observe_speech_id(answer)
+    ledger.sent("tell me more")
+    assert not ledger.observe_speech_id(answer)  # later segments of the same answer
+    assert [t.text for t in ledger.unconfirmed()] == ["tell me more"]
 
 
 def test_evidence_for_a_later_turn_confirms_every_earlier_one() -> None:
