@@ -158,11 +158,13 @@ class Endings:
             # race the close of the HTTP session or peer it is using); bounded.
             _, pending_set = await asyncio.wait(pending, timeout=timeout / 4)
             pending = list(pending_set)
-        link, self.slot.current = self.slot.current, None
+        links = [*self.slot.retiring, *([self.slot.current] if self.slot.current else [])]
+        self.slot.current = None
+        # A link a cancelled cold rebuild was closing is still closing: await it too.
         await asyncio.gather(
-            link.close(timeout) if link is not None else asyncio.sleep(0),
-            self.supervisor.wait(pending, timeout),
+            *(link.close(timeout) for link in links), self.supervisor.wait(pending, timeout)
         )
+        self.slot.retiring.clear()
         await self.guards.aclose()
         for track in self.outputs.values():
             track.stop()

@@ -88,6 +88,7 @@ class ServerLink:
     result: HandshakeResult | None = None
     _probes: list[asyncio.Future[None]] = field(default_factory=list)
     _closed: bool = False
+    _closing: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<ServerLink room={self.room_id} channel={self.channel!r}>"
@@ -147,10 +148,17 @@ class ServerLink:
         return waiter.done() and not waiter.cancelled()
 
     async def close(self, timeout: float) -> None:
-        """Release the socket, the peers and every waiter of this server session (bounded)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the socket, the peers and every waiter of this server session (bounded).
+
+        The release runs as the link's own task: a caller cancelled meanwhile (``close()``
+        of the session during a cold rebuild) does not leave it half done, and every later
+        caller awaits the same release."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._release(timeout))
+        await asyncio.shield(self._closing)
+
+    async def _release(self, timeout: float) -> None:
         self.handshake.fail(AvatarError(ErrorCode.CLOSED, "link closed"))
         self.handshake.close()
         for waiter in self._probes:

@@ -177,9 +177,7 @@ class RecoveryController:
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during connect")
 
     async def _release_link(self) -> None:
-        link, self._slot.current = self._slot.current, None
-        if link is not None:
-            await link.close(self._config.close_timeout / 2)
+        await self._slot.retire(self._config.close_timeout / 2)
 
     # -- tier 1: socket ---------------------------------------------------------------------
     async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
@@ -325,9 +323,8 @@ class RecoveryController:
 
     async def _cold_attempt(self) -> None:
         cfg = self._config
-        old, self._slot.current = self._slot.current, None
-        if old is not None:
-            await old.close(cfg.close_timeout / 2)
+        self.media.forget_link()  # its recoveries die with it: the new link is watched afresh
+        await self._slot.retire(cfg.close_timeout / 2)
         link = self._builder.create()
         self._slot.current = link
         try:

@@ -11,9 +11,9 @@ session" at garbage collection, a ``ResourceWarning``); ``close()`` itself retur
 millisecond, well inside ``close_timeout``, so nothing else shows it.
 
 Deterministic: ``close()`` is called in the iteration after ``reconnecting {tier: cold}``,
-when the cold attempt is inside ``old.close``. ``xfail(strict=True)`` until a replaced link
-is closed whatever happens to the task that replaced it (e.g. shielded and bounded, or kept
-where the endings find it).
+when the cold attempt is inside ``old.close``. Fixed: a link closes as its own task
+(``ServerLink.close`` is shielded and shared by every caller) and a link being closed stays
+in ``LinkSlot.retiring`` until it is, where the endings find and await it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ async def http_sessions(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[o
             await http.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the replaced link is left open")
 async def test_close_as_a_cold_reconnect_starts_releases_the_replaced_link(
     staging: StagingServer, http_sessions: list[aiohttp.ClientSession]
 ) -> None:

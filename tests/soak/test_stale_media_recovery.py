@@ -19,8 +19,9 @@ per attempt, ``max_media_recoveries`` attempts):
 Deterministic: the old link's STV recovery is pinned on a peer that can never connect
 (``stuck_ice("stv", "no_candidates")`` when it re-subscribes) for ``media_recovery_timeout``
 (its attempts also emit ``media_recovering`` on the new link, where nothing is recovering).
-``xfail(strict=True)`` until a link change ends the replaced link's recoveries (or a
-recovery checks, on failure too, that its lanes are still the link's).
+Fixed: a link change ends the replaced link's recoveries (``MediaTier.forget_link`` in
+the cold attempt), and a failed recovery escalates only while its lanes are still the
+current link's.
 """
 
 from __future__ import annotations
@@ -79,9 +80,6 @@ async def _whep_answered(staging: StagingServer, before: int) -> None:
     raise RuntimeError("the re-subscription was never answered")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=TimeoutError, reason="a replaced link's media recovery blinds the new one"
-)
 async def test_after_a_cold_reconnect_the_new_downlink_is_watched(staging: StagingServer) -> None:
     session = await _cold_reconnect_during_a_pinned_stv_recovery(staging)
     try:
@@ -99,9 +97,6 @@ async def test_after_a_cold_reconnect_the_new_downlink_is_watched(staging: Stagi
 
 
 @pytest.mark.slow  # about 10 s
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="a replaced link's failed recovery goes cold"
-)
 async def test_a_replaced_links_failed_recovery_does_not_rebuild_the_new_one(
     staging: StagingServer,
 ) -> None:
