@@ -28,6 +28,7 @@ from .router import route
 from .tiers import RecoveryController
 from .transport.csr import IO_SERVER_DISCONNECT
 from .turn_desk import TurnDesk
+from .user_state import UserState
 from .wire import InboundEvent
 
 log = logging.getLogger("avatar_sdk.session")
@@ -46,6 +47,7 @@ class InboundHandler:
     endings: Endings
     recovery: RecoveryController
     desk: TurnDesk
+    user: UserState
     view: ConversationView
     guards: ConversationGuards
     completion: CompletionSignal
@@ -63,6 +65,7 @@ class InboundHandler:
         if link is not self.slot.current:
             return  # a late event from a link we already replaced
         try:
+            self.user.observe(link, event)
             self._apply(name, event)
         except Exception as exc:
             # A bug of ours must not take the socket's read loop down with it: report it

@@ -41,6 +41,7 @@ from .transport.stv import FanoutTrack
 from .transport.tls import client_context
 from .turn_desk import TurnDesk
 from .urls import check_url
+from .user_state import UserState
 from .wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 
 log = logging.getLogger(__name__)
@@ -118,8 +119,6 @@ class AvatarSession(EventSource):
         self._supervisor = Supervisor(self._on_task_failure)
         self._slot = LinkSlot()
         self._view = ConversationView(thread_id=thread_id)
-        self._mic_enabled = True
-        self._mute_task: asyncio.Task[Any] | None = None
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False
         self._stats: dict[str, Any] = {
@@ -149,6 +148,7 @@ class AvatarSession(EventSource):
             ssl_context=tls,
         )
         self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
+        self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
@@ -164,7 +164,8 @@ class AvatarSession(EventSource):
         self._recovery = RecoveryController(
             machine=machine, config=cfg, clock=self._clock, slot=self._slot,
             builder=self._builder, thread_id=lambda: self._view.thread_id,
-            restore=self._restore_user_state, emit=self._emit, spawn=self._supervisor.spawn,
+            restore=self._restore_user_state, reassert=self._user.on_same_session,
+            emit=self._emit, spawn=self._supervisor.spawn,
             on_outcome=self._after_recovery, stats=self._stats,
         )  # fmt: skip
         self._endings = Endings(
@@ -176,7 +177,8 @@ class AvatarSession(EventSource):
         )  # fmt: skip
         self._inbound = InboundHandler(
             config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
-            endings=self._endings, recovery=self._recovery, desk=self._desk, view=self._view,
+            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
+            view=self._view,
             guards=self._guards, completion=self._completion, idle=self._idle,
             emit=self._emit, stats=self._stats,
         )  # fmt: skip
@@ -327,10 +329,7 @@ class AvatarSession(EventSource):
         if link.lanes is not None and link.lanes.stv is not None:
             self._machine.set(subscribed=True)
         self._machine.set(media_released=False, agent_restarting=False)
-        if not self._mic_enabled:
-            await link.emit(Out.MUTE_USER, build_empty())
-        if self._machine.data.user_paused:
-            await link.emit(Out.PAUSE_CONVERSATION, build_empty())
+        await self._user.on_new_session(link)
 
     async def _after_recovery(self, outcome: Outcome) -> None:
         """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
@@ -381,31 +380,12 @@ class AvatarSession(EventSource):
     @property
     def mic_enabled(self) -> bool:
         """Whether the user's microphone reaches the server. Preserved across reconnects."""
-        return self._mic_enabled
+        return self._user.mic_enabled
 
     @mic_enabled.setter
     def mic_enabled(self, enabled: bool) -> None:
-        enabled = bool(enabled)
-        if enabled == self._mic_enabled:
-            return
-        self._mic_enabled = enabled
         self._uplink_track.muted = not enabled
-        link = self._slot.current
-        if link is not None and link.connected and not self._machine.terminal:
-            event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
-            previous = self._mute_task
-            self._mute_task = self._supervisor.spawn(self._emit_in_order(event, previous), "mute")
-
-    async def _emit_in_order(self, event: str, after: asyncio.Task[Any] | None) -> None:
-        if after is not None and not after.done():
-            await asyncio.wait({after})
-        link = self._slot.current
-        if link is not None:
-            try:
-                await link.emit(event, build_empty())
-            except AvatarError as error:
-                # Every recovery tier re-applies mic_enabled: nothing is lost.
-                log.info("%s not sent (%s); the next recovery re-applies it", event, error.code)
+        self._user.set_mic(bool(enabled))
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
@@ -426,6 +406,7 @@ class AvatarSession(EventSource):
         """
         self._require_state("paused")
         await self._send(Out.RESUME_CONVERSATION, build_empty())
+        self._user.resume_sent()
         link = self._slot.current
         if self._machine.data.media_released and link is not None and self._media:
             try:
@@ -445,7 +426,7 @@ class AvatarSession(EventSource):
 
     async def _send(self, event: str, payload: Any) -> None:
         """Emit in call order: a mute toggled just before a call goes out before it."""
-        pending = self._mute_task
+        pending = self._user.pending_emit
         if pending is not None and not pending.done():
             await asyncio.wait({pending})
         link = self._slot.current

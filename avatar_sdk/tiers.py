@@ -75,6 +75,7 @@ class RecoveryController:
         builder: LinkBuilder,
         thread_id: Callable[[], str | None],
         restore: Callable[[ServerLink], Awaitable[None]],
+        reassert: Callable[[ServerLink], Awaitable[None]],
         emit: Emit,
         spawn: Spawn,
         on_outcome: Callable[[Outcome], Awaitable[None]],
@@ -87,6 +88,7 @@ class RecoveryController:
         self._builder = builder
         self._thread_id = thread_id
         self._restore = restore
+        self._reassert = reassert
         self._emit = emit
         self._spawn = spawn
         self._on_outcome = on_outcome
@@ -251,6 +253,12 @@ class RecoveryController:
             raise _Escalate  # the server answered with a fresh session: nothing to resume
         if not await link.probe(cfg.socket_probe_timeout):
             raise _TryAgain  # "reconnected but silent" must not count
+        try:
+            # What the dying socket may have swallowed (recovery replays only the server's
+            # events): the approval, mute and pause, re-sent before the session is usable.
+            await self._reassert(link)
+        except AvatarError as error:
+            raise _TryAgain from error
 
     # -- tier 3: cold reconnect -------------------------------------------------------------
     async def recover_cold(self, reason: str) -> Outcome:

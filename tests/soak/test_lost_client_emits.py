@@ -16,34 +16,26 @@ while a cold reconnect re-runs the handshake and re-applies mute and pause
   ``paused`` (or connected, or muted) while the server session holds the opposite.
 
 Each test is deterministic: the fault is injected before the event loop gets a chance to let
-the server read the emit (the precondition is asserted). They are ``xfail(strict=True)``
-until the SDK re-applies these emits after a socket-tier recovery; a fix turns them into
-failures ("XPASS(strict)") so the marker is removed with it.
+the server read the emit (the precondition is asserted). Fixed: after a socket-tier recovery
+the SDK re-asserts them (``UserState.on_same_session``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
 
+from ..conftest import until
 from ..integration.conftest import FAST
 
 #: Silent-socket detection in about a second; a timed-out silent socket is recovered in place.
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6, turn_confirm_timeout=0.5)
 #: After this the staging server treats a silenced socket as gone (so recovery is in place).
 SERVER_TIMEOUT = 0.2
-
-
-def _lost(emit: str, raises: type[BaseException]) -> pytest.MarkDecorator:
-    """Expected to fail until the SDK re-applies ``emit`` after a socket-tier recovery."""
-    return pytest.mark.xfail(
-        strict=True, raises=raises, reason=f"{emit} swallowed by a dying socket is not re-sent"
-    )
 
 
 @pytest_asyncio.fixture
@@ -57,7 +49,6 @@ async def session(staging: StagingServer) -> AsyncIterator[AvatarSession]:
         await made.close()
 
 
-@_lost("approvedPermissions", TimeoutError)
 async def test_approval_swallowed_by_a_dropped_socket_is_applied_after_in_place_recovery(
     staging: StagingServer, session: AvatarSession
 ) -> None:
@@ -76,7 +67,6 @@ async def test_approval_swallowed_by_a_dropped_socket_is_applied_after_in_place_
     assert staging.conversations[sid].approved
 
 
-@_lost("pauseConversation", AssertionError)
 async def test_pause_written_into_a_silent_socket_holds_on_the_server_after_in_place_recovery(
     staging: StagingServer, session: AvatarSession
 ) -> None:
@@ -89,10 +79,9 @@ async def test_pause_written_into_a_silent_socket_holds_on_the_server_after_in_p
     assert (await recovered).data["tier"] == "socket"
     assert session.state == "paused"
     assert staging.live_sids == [sid]
-    assert staging.conversations[sid].paused  # what is missing: the server never paused
+    assert await until(lambda: staging.conversations[sid].paused, 2)  # re-sent by the recovery
 
 
-@_lost("resumeConversation", AssertionError)
 async def test_resume_written_into_a_silent_socket_holds_on_the_server_after_in_place_recovery(
     staging: StagingServer, session: AvatarSession
 ) -> None:
@@ -109,10 +98,9 @@ async def test_resume_written_into_a_silent_socket_holds_on_the_server_after_in_
     await session.resume()  # into the dead socket
     assert (await recovered).data["tier"] == "socket"
     assert session.state == "connected"
-    assert not staging.conversations[sid].paused  # what is missing: the server stays paused
+    assert await until(lambda: not staging.conversations[sid].paused, 2)  # re-sent
 
 
-@_lost("muteUser", AssertionError)
 async def test_mute_written_into_a_silent_socket_holds_on_the_server_after_in_place_recovery(
     staging: StagingServer, session: AvatarSession
 ) -> None:
@@ -125,4 +113,4 @@ async def test_mute_written_into_a_silent_socket_holds_on_the_server_after_in_pl
     assert (await recovered).data["tier"] == "socket"
     assert not session.mic_enabled
     assert staging.received_events("muteUser") == []
-    assert staging.conversations[sid].muted  # what is missing: the server never muted
+    assert await until(lambda: staging.conversations[sid].muted, 2)  # re-sent by the recovery

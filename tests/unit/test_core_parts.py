@@ -185,6 +185,7 @@ def _controller(
         builder=builder,  # type: ignore[arg-type]
         thread_id=lambda: "thread-1",
         restore=restore,
+        reassert=restore,
         emit=lambda name, data: events.append((name, data)),
         spawn=lambda coro, name: asyncio.ensure_future(coro),
         on_outcome=on_outcome,
