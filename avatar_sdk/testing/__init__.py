@@ -2,9 +2,10 @@
 
 from ..clock import FakeClock
 from .brain import Brain
+from .conversation import Conversation, ReceivedEvent
 from .faults import Faults
 from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
-from .server import Conversation, ReceivedEvent, StagingServer
+from .server import StagingServer
 from .synthetic import read_frame_counter
 
 __all__ = [

@@ -59,7 +59,8 @@ from .rtc_util import (
 from .synthetic import MediaGate, PatternTrack, ToneTrack
 
 if TYPE_CHECKING:
-    from .server import Conversation, StagingServer
+    from .conversation import Conversation
+    from .server import StagingServer
 
 __all__ = ["AsrPeer", "AsrStats", "IcePath", "StagingMedia", "WhepViewer", "strip_candidates"]
 

@@ -15,7 +15,7 @@ from aiortc import RTCConfiguration
 from ..transport.ice import close_peer
 
 if TYPE_CHECKING:
-    from .server import Conversation
+    from .conversation import Conversation
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,8 @@ from ..besteffort import best_effort
 from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
 from ..redact import register_secret
-from .csr import (
-    ProtocolErrorSink,
-    RecoveringAsyncClient,
-    guarded_websocket,
-    is_recoverable,
-)
+from .csr import RecoveringAsyncClient, is_recoverable
+from .frame_guard import ProtocolErrorSink, guarded_websocket
 from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,7 @@ import pytest
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.events import Event
 from avatar_sdk.media import ToneSource
-from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.server import Conversation
+from avatar_sdk.testing import Conversation, StagingServer
 from avatar_sdk.wire import SpeechId
 
 from ..integration.conftest import sdk_tasks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from socketio import packet as sio_packet
 
-from avatar_sdk.transport.csr import (
+from avatar_sdk.transport.frame_guard import (
     NON_STRING_EVENT,
     UNKNOWN_EVENT,
     engineio_problem,
