@@ -156,7 +156,11 @@ class Talk:
                 loop.add_signal_handler(signum, self._interrupt, signum, work, handled)
                 handled.append(signum)
         try:
-            return await work
+            code = await work
+            if self.interrupted is None:
+                return code
+            # Interrupted just as the work finished: the signal still decides the code.
+            return exits.INTERRUPTED if self.interrupted == signal.SIGINT else exits.TERMINATED
         except asyncio.CancelledError:
             if self.interrupted is None:
                 raise
@@ -180,7 +184,8 @@ class Talk:
         """Stop recording, close (completing the thread): bounded by ``close_timeout``."""
         if self.recorder is not None:
             with best_effort("stopping the recording", _log()):
-                await asyncio.wait_for(self.recorder.stop(), self.opts.config.close_timeout)
+                async with asyncio.timeout(self.opts.config.close_timeout):
+                    await self.recorder.stop()
             self.note(f"recorded {self.opts.record}")
         if self.session is not None:
             await self.session.close()
@@ -291,8 +296,11 @@ class Talk:
 
     async def _turns(self, session: AvatarSession) -> None:
         opts = self.opts
+        # asyncio.timeout, never wait_for: on 3.11 wait_for swallows a cancellation (Ctrl-C)
+        # that lands as the awaited event arrives, and the run would go on reading stdin.
         try:
-            await asyncio.wait_for(self.greeting.wait(), opts.reply_timeout)
+            async with asyncio.timeout(opts.reply_timeout):
+                await self.greeting
         except TimeoutError:
             self.note(f"no greeting within {opts.reply_timeout:g} s", "yellow")
         if opts.turns is not None:
@@ -328,7 +336,8 @@ class Talk:
                     await self.quiet.wait()
                     self.activity.clear()
                     try:
-                        await asyncio.wait_for(self.activity.wait(), AUDIO_SETTLE)
+                        async with asyncio.timeout(AUDIO_SETTLE):
+                            await self.activity.wait()
                     except TimeoutError:
                         return  # quiet for AUDIO_SETTLE: nothing more is coming
         except TimeoutError:
