@@ -7,6 +7,7 @@ stalls; anything unscripted gets a short echo reply.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ class _Scripted:
     #: Indices into ``tool_calls`` where a new agent turn (``agent_start_speech`` with
     #: ``isNewTurn``) begins; set by :meth:`Brain.tool_spiral`.
     turn_splits: tuple[int, ...] = ()
+    #: Each tool segment carries ``tool_metadata`` {id, wait_for_response: true}: the agent
+    #: waits for the client's ``respond_to_tool`` (PROTOCOL §3.6).
+    wait_for_response: bool = False
 
 
 class Brain:
@@ -37,6 +41,7 @@ class Brain:
         self.chunk_words = 4
         self.turns_started = 0
         self._active: _Scripted | None = None
+        self._call_ids = itertools.count(1)
 
     def reply(self, text: str) -> None:
         """The next turn's spoken answer."""
@@ -46,9 +51,16 @@ class Brain:
         """After the next user turn, stay silent for ``seconds`` before answering."""
         self._script.append(_Scripted(stall=seconds))
 
-    def tool_calls(self, calls: list[str], then: str | None = None) -> None:
-        """The next turn emits these raw ``tool`` segment contents (fused ones allowed)."""
-        self._script.append(_Scripted(text=then, tool_calls=list(calls)))
+    def tool_calls(
+        self, calls: list[str], then: str | None = None, *, wait_for_response: bool = False
+    ) -> None:
+        """The next turn emits these raw ``tool`` segment contents (fused ones allowed).
+
+        ``wait_for_response=True``: each carries a call id (``call-1``, ``call-2``...) that
+        the client acknowledges with ``respond_to_tool`` (``staging.tool_responses``)."""
+        self._script.append(
+            _Scripted(text=then, tool_calls=list(calls), wait_for_response=wait_for_response)
+        )
 
     def tool_spiral(
         self,
@@ -105,9 +117,10 @@ class Brain:
         calls; by default they come from the plan whose ``tool_calls`` list this is.
         """
         self.turns_started += 1
+        active = self._active
+        same_plan = active is not None and tool_calls is active.tool_calls
+        waits = bool(active is not None and same_plan and active.wait_for_response)
         if turn_splits is None:
-            active = self._active
-            same_plan = active is not None and tool_calls is active.tool_calls
             turn_splits = active.turn_splits if active is not None and same_plan else ()
         events: list[WireEvent] = [
             (In.AGENT_START_SPEECH, {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True}),
@@ -138,7 +151,11 @@ class Brain:
                         {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True},
                     )
                 )
-            events.append(raw({"type": "tool", "content": call}))
+            segment: dict[str, Any] = {"type": "tool", "content": call}
+            if waits:
+                call_id = f"call-{next(self._call_ids)}"
+                segment["tool_metadata"] = {"id": call_id, "wait_for_response": True}
+            events.append(raw(segment))
             name = call.split("{", 1)[0].strip() or "tool"
             events.append(
                 raw({"type": "tool_response", "content": f"{name} responded with size 2"})

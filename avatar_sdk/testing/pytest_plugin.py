@@ -3,12 +3,13 @@
 * ``staging``: a started :class:`~avatar_sdk.testing.StagingServer` on 127.0.0.1.
 * ``staging_factory``: ``await staging_factory(audio_only=True, ...)`` for backends with
   options; every one is stopped after the test.
-* ``avatar_session``: a connected :class:`~avatar_sdk.AvatarSession` against ``staging``
-  (``media=False`` unless ``@pytest.mark.avatar_session(media=True, config=...)`` says
-  otherwise), closed after the test, which fails if the session leaked a task, a socket or
-  a peer connection.
+* ``avatar_session``: an :class:`~avatar_sdk.AvatarSession` connected to ``staging`` and
+  greeted (``media=False`` unless ``@pytest.mark.avatar_session(media=True, config=...)``
+  says otherwise), closed after the test, which fails if the session leaked a task, a
+  socket or a peer connection.
 * ``avatar_session_factory``: ``await avatar_session_factory(config=..., staging=...)`` for
-  several sessions, each closed and leak-checked the same way.
+  several sessions (``connect=False``, ``greeted=False`` to stop earlier), each closed and
+  leak-checked the same way.
 
 The fixtures are async: they need pytest-asyncio (``pip install 'avatar-sdk[testing]'``),
 and either ``asyncio_mode = "auto"`` or ``@pytest.mark.asyncio`` on each test; the plugin
@@ -58,6 +59,9 @@ STRICT_MODE = (
 #: How long after close() the SDK's tasks, sockets and peers may take to wind down before
 #: the leak check counts them (seconds); a clean close needs a few loop turns.
 LEAK_GRACE = 1.5
+
+#: How long the fixtures wait for the avatar's greeting after connecting (seconds).
+GREETING_TIMEOUT = 10.0
 
 SessionFactory = Callable[..., Awaitable["AvatarSession"]]
 StagingFactory = Callable[..., Awaitable["StagingServer"]]
@@ -179,11 +183,18 @@ class _Sessions:
         self.check = _LeakCheck()
 
     async def make(
-        self, *, staging: StagingServer | None = None, connect: bool = True, **kwargs: Any
+        self,
+        *,
+        staging: StagingServer | None = None,
+        connect: bool = True,
+        greeted: bool = True,
+        **kwargs: Any,
     ) -> AvatarSession:
         """A session against ``staging`` (default: the ``staging`` fixture's), connected
-        unless ``connect=False``; ``kwargs`` go to ``AvatarSession`` (defaults:
-        ``media=False``, ``allow_insecure_transport=True``, the backend's genie URL)."""
+        unless ``connect=False``, and past the avatar's greeting unless ``greeted=False``
+        (so the test's first ``speak`` is answered by its own turn, never the greeting's
+        end); ``kwargs`` go to ``AvatarSession`` (defaults: ``media=False``,
+        ``allow_insecure_transport=True``, the backend's genie URL)."""
         from ..session import AvatarSession  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         backend = staging or self.staging
@@ -193,7 +204,12 @@ class _Sessions:
         session = AvatarSession(backend.url, backend.token, **kwargs)
         self.made.append(session)
         if connect:
+            # Registered before connecting: the greeting may end before connect() returns.
+            greeting = session.expect("agent_turn_ended") if greeted else None
             await session.connect()
+            if greeting is not None:
+                async with asyncio.timeout(GREETING_TIMEOUT):
+                    await greeting
         return session
 
     async def close(self) -> None:
