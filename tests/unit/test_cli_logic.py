@@ -4,6 +4,7 @@ the printer's plain output."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,9 @@ def test_plain_table_aligns_columns() -> None:
     out = io.StringIO()
     Screen(out).table("t", ["a", "bb"], [["xxx", "y"]])
     assert out.getvalue().splitlines() == ["t", "a    bb", "---  --", "xxx  y"]
+
+
+def test_docs_list_the_same_exit_codes_as_the_help() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    rows = [f"| {code} | {meaning} |" for code, meaning in exits.TABLE]
+    assert all(row in text for row in rows), "docs/cli.md: paste the exit-code table"
