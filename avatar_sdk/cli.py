@@ -179,7 +179,8 @@ def talk(
     try:
         code = run_talk(opts)
     except AvatarError as error:  # raised before the session existed (a bad URL...)
-        click.echo(f"avatar-sdk: {error}", err=True)
+        hint = " Use --insecure for a local backend." if error.code == "insecure_transport" else ""
+        click.echo(f"avatar-sdk: {error}{hint}", err=True)
         code = exits.for_error(error)
     sys.exit(code)
 

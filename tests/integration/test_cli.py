@@ -131,6 +131,13 @@ async def test_talk_2_usage_errors(staging: StagingServer, tmp_path: Path) -> No
     assert staging.connections == 0
 
 
+async def test_talk_3_insecure_url_says_how_to_allow_it(staging: StagingServer) -> None:
+    result = await cli("talk", staging.url, "--no-media", "--say", "hi", token=staging.token)
+    assert result.exit_code == 3
+    assert one_line_error(result).endswith("Use --insecure for a local backend.")
+    assert staging.connections == 0
+
+
 async def test_talk_token_file(staging: StagingServer, tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(staging.token + "\n")
