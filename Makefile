@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
 
-.PHONY: demo test lint bench soak diagram clean venv
+.PHONY: demo test lint docs bench soak diagram clean venv
 
 venv: $(STAMP)
 
@@ -31,10 +31,17 @@ soak: $(STAMP)
 	$(PY) -m pytest -q -s -m slow --timeout 900
 
 lint: $(STAMP)
-	$(PY) -m ruff check avatar_sdk tests benchmarks examples
-	$(PY) -m ruff format --check avatar_sdk tests benchmarks examples
+	$(PY) -m ruff check avatar_sdk tests benchmarks examples tools
+	$(PY) -m ruff format --check avatar_sdk tests benchmarks examples tools
 	$(PY) -m mypy
 
+# The documentation site into site/; --strict: a broken link, a page missing from the nav or
+# a reference block the code cannot fill fails the build. `python -m` so that the checkout's
+# avatar_sdk is the one documented.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+# Writes benchmarks/results.json, benchmarks/RESULTS.md and benchmarks/recovery-tiers.png.
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
@@ -42,4 +49,4 @@ diagram: $(STAMP)
 	$(PY) -m avatar_sdk.cli diagram
 
 clean:
-	rm -rf $(VENV) tests/interop/node/node_modules
+	rm -rf $(VENV) tests/interop/node/node_modules site

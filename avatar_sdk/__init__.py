@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import logs
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ _EXPORTS: dict[str, str] = {
     "Severity": ".errors",
     "converse_once": ".chat",
 }
+
+# No handler, no level: only the filter that keeps the state-machine library's
+# per-callback INFO lines about the SDK's own machines out of the application's logs.
+logs.install()
 
 __all__ = [
     "SPIRAL_RECOVERY_PREFIX",

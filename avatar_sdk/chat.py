@@ -161,6 +161,12 @@ class ChatSession(EventSource):
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         self._request_vars = check_request_vars(request_vars)
+        if config is not None and not isinstance(config, SessionConfig):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"config must be a SessionConfig, not {type(config).__name__}"
+                " (build one: SessionConfig(**fields))",
+            )
         self.config = config or SessionConfig()
         self._thread_id = thread_id
         super().__init__()
@@ -373,6 +379,7 @@ class ChatSession(EventSource):
                 "type": seg.type,
                 "content": seg.content,
                 "is_final": seg.is_final,
+                "spoken": seg.is_spoken,
             },
         )
         if seg.type != KEEPALIVE:

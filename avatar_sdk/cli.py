@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import inspect
 import json
 import os
 import sys
 from pathlib import Path
 
 import click
-from aiohttp import web
 
 from ._cli import exits
 from ._version import __version__
 from .errors import AvatarError
 from .testing import StagingServer
+from .testing.control import CONTROL_PREFIX
 
 TOKEN_ENV = "AVATAR_TOKEN"
 
@@ -220,32 +219,19 @@ def diagram() -> None:
 
 
 # -- staging serve -----------------------------------------------------------------------------
-async def serve(host: str, port: int, token: str | None) -> int:
-    """Run the staging backend until interrupted, with a local fault-control API."""
-    staging = StagingServer(host=host, port=port, token=token)
-
-    async def control(request: web.Request) -> web.Response:
-        name = request.match_info["fault"]
-        method = getattr(staging.faults, name, None)
-        if name.startswith("_") or not callable(method):
-            return web.json_response({"error": f"unknown fault {name}"}, status=404)
-        try:
-            kwargs = await request.json() if request.can_read_body else {}
-            result = method(**kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        except (TypeError, ValueError) as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        return web.json_response({"ok": True, "result": result})
-
-    def routes(app: web.Application) -> None:
-        app.router.add_post("/_control/faults/{fault}", control)
-
-    staging.add_routes = routes  # type: ignore[method-assign]
+async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
+    """Run the staging backend until interrupted, with its HTTP control API
+    (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    staging = StagingServer(
+        host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
+    )
     await staging.start()
-    print(json.dumps({"url": staging.url, "genie_url": staging.genie_url, "token": staging.token}))
+    url = staging.public_url
+    print(json.dumps({"url": url, "genie_url": f"{url}/genie", "token": staging.token}))
     print(
-        f"faults: POST {staging.url}/_control/faults/<name> with JSON keyword arguments", flush=True
+        f"faults: POST {url}{CONTROL_PREFIX}/faults/<name>, brain scripts: POST "
+        f"{url}{CONTROL_PREFIX}/brain/<name>, with JSON keyword arguments",
+        flush=True,
     )
     try:
         await asyncio.Event().wait()
@@ -267,14 +253,21 @@ def staging() -> None:
 @click.option(
     "--token", default=None, help="The token clients must present (default: a random one)."
 )
-def staging_serve(*, host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--advertise-host",
+    default=None,
+    metavar="NAME",
+    help="Host name in the URLs handed to clients (the WHEP URL), instead of --host.",
+)
+def staging_serve(*, host: str, port: int, token: str | None, advertise_host: str | None) -> None:
     """Run it standalone until Ctrl-C; prints its URL and token as JSON on the first line.
 
-    Faults over HTTP: POST URL/_control/faults/NAME with JSON keyword arguments. Exits 130
-    on Ctrl-C, 3 when it cannot listen (the port is taken).
+    Faults and brain scripts over HTTP: POST URL/_control/faults/NAME or
+    URL/_control/brain/NAME with JSON keyword arguments (docs/testing.md). Exits 130 on
+    Ctrl-C, 3 when it cannot listen (the port is taken).
     """
     try:
-        code = asyncio.run(serve(host, port, token))
+        code = asyncio.run(serve(host, port, token, advertise_host))
     except KeyboardInterrupt:
         click.echo("avatar-sdk: interrupted", err=True)
         code = exits.INTERRUPTED

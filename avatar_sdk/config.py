@@ -28,6 +28,16 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+#: Default of ``SessionConfig.max_message_size``, bytes.
+MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+#: Smallest ``max_message_size``: below it the connect sequence's own messages would not fit.
+MIN_MESSAGE_SIZE: Final = 1024
+
+
+def _is_message_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= MIN_MESSAGE_SIZE
+
+
 def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
     return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{owner}.{name} {rule} (got {preview(value)})")
 
@@ -48,12 +58,23 @@ class RetryPolicy:
     """
 
     max_attempts: int = 6
+    """Consecutive failed cold attempts (the streak budget, >= 1) before ``gave_up``."""
     initial: float = 0.0
+    """Seconds before the first retry: immediate by default, as the reference client does."""
     base: float = 0.25
+    """Seconds: the ceiling of retry ``n`` (n >= 2) is ``base * 2**(n-2)``, capped at ``cap``."""
     cap: float = 30.0
+    """Seconds: no retry waits longer, however long the streak."""
     jitter: Literal["full", "none"] = "full"
+    """``"full"``: each wait is uniform in ``[0, ceiling]`` so a fleet does not reconnect in
+    lockstep after a server restart; ``"none"``: the ceiling itself (tests, demos)."""
     reset_after_success: bool = True
+    """A connected period of ``stable_after`` seconds renews the whole ``max_attempts`` budget
+    (``retry_budget_reset`` event); ``False`` keeps counting for the session's life."""
     stable_after: float = 10.0
+    """Seconds connected that count as stable for ``reset_after_success``; a connection that
+    drops sooner keeps counting against the same streak (a flapping server cannot be retried
+    forever)."""
 
     def __post_init__(self) -> None:
         if not (_is_count(self.max_attempts) and self.max_attempts >= 1):
@@ -81,33 +102,73 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class SessionConfig:
-    """Timeouts, budgets and guard limits. Defaults follow the reference client."""
+    """Timeouts, budgets and guard limits of a session. Every duration is in seconds.
+
+    Defaults follow the reference client. Build one with keyword arguments, e.g.
+    ``SessionConfig(reconnect_window=10.0, idle_timeout=0)``, and derive variants with
+    ``config.with_(brain_stall_timeout=5.0)``. A bad value raises
+    ``AvatarError(invalid_argument)`` naming the field.
+    """
 
     overall_connect_timeout: float = 30.0
+    """Seconds for the whole connect sequence (and each cold-reconnect attempt's handshake);
+    every step's own wait is clipped by it. Expiry: ``connect_timeout``."""
     server_connect_timeout: float = 10.0
+    """Seconds from opening the socket to the server's ``onServerConnected``. Expiry:
+    ``connect_timeout`` (a refused token is ``auth_failed`` at once)."""
     join_room_timeout: float = 5.0
+    """Seconds from ``join`` to ``clientConfiguration``. Expiry: ``join_timeout``."""
     join_complete_timeout: float = 20.0
+    """Seconds from ``join`` to ``joinComplete`` (longer than ``join_room_timeout``: the
+    server sends it only after initialising the thread). Expiry: ``join_timeout``."""
     agent_timeout: float = 10.0
+    """Seconds for each of ``showAgent`` and ``askPermissions``; also how long turns are held
+    while a restarted agent comes back. Expiry: ``agent_timeout``."""
     asr_timeout: float = 30.0
+    """Seconds for each step of the ASR uplink handshake (``asr-webrtc-ready``, the answer,
+    ICE connected). Expiry: ``asr_failed``."""
     reconnect_window: float = 22.0
+    """Seconds the socket tier may try to restore the same server session (the server keeps
+    it about 20 s) before the cold tier takes over."""
     max_reconnect_attempts: int = 5
+    """Socket-tier attempts within ``reconnect_window`` before the cold tier takes over."""
     ice_stuck_timeout: float = 10.0
+    """Seconds a renegotiated uplink peer may stay in ICE new/checking before that media
+    recovery attempt is given up (instead of spending its whole budget)."""
     media_stall_timeout: float = 2.0
+    """Seconds without a decoded downlink frame (ICE still up) before the downlink counts as
+    dead; also the floor of the uplink's receiver-report deadline."""
     socket_probe_interval: float = 5.0
-    #: How long a probe (a ``checkAvailability`` round trip) may take before the socket
-    #: counts as dead; also the verification of a socket-tier recovery.
+    """Seconds of inbound silence on the control socket before it is probed with a
+    ``checkAvailability`` round trip; 0 disables the probe (only the socket's own close,
+    or Engine.IO's 45 s ping timeout, then notices a dead socket)."""
     socket_probe_timeout: float = 1.0
-    #: After a recovery, how long a turn sent before it waits for the server's evidence of
-    #: receipt (its speechId, or ``agentTurnToTalk``) before it is resent once.
+    """Seconds a probe may take before the socket counts as dead; also the verification of
+    a socket-tier recovery."""
     turn_confirm_timeout: float = 3.0
+    """After a recovery, seconds a turn sent before it waits for the server's evidence of
+    receipt (its speechId, or ``agentTurnToTalk``) before it is resent once
+    (``turn_resent``); raise it for a slow brain, 0 resends at once."""
     brain_stall_timeout: float = 12.0
+    """Seconds of brain silence after a user turn before ``brain_stalled`` (repeated every
+    window while the silence lasts); 0 disables the watchdog."""
     tool_spiral_limit: int = 10
+    """Soft spiral tier: raw tool segments in one turn before ``tool_spiral_detected``
+    (once per turn; nothing is interrupted); 0 disables spiral counting altogether."""
     hard_tool_spiral_limit: int | None = None
+    """Hard spiral tier: tool segments since the last perceivable output before the session
+    rebuilds on a new socket (``tool_spiral_recovering``); ``None`` = 3 x
+    ``tool_spiral_limit``, 0 disables the hard tier."""
     recover_from_spiral: bool = True
+    """After a hard-tier rebuild, resend the abandoned turn once with a words-only prefix
+    (``spiral_recovered``); ``False`` only reports it in ``tool_spiral_recovering``."""
     cold_reconnect: RetryPolicy = field(default_factory=RetryPolicy)
+    """Backoff and streak budget of the cold tier (a new socket and a full handshake);
+    codes that cannot succeed on retry (``auth_failed``, ``tier_exceeded``, ...) stop at
+    once."""
     capacity_max_wait: float = 300.0
-    #: Seconds queued before each new attempt when the backend has no capacity (the
-    #: reference schedule, clamped at its last entry, ±15% jitter).
+    """Seconds queued in all, waiting for a free agent (``queued`` events), before the
+    session fails with ``capacity_unavailable``."""
     capacity_backoff: tuple[float, ...] = (
         30.0,
         45.0,
@@ -119,28 +180,45 @@ class SessionConfig:
         300.0,
         360.0,
     )
+    """Seconds queued before each new attempt when the backend has no capacity (the
+    reference schedule, clamped at its last entry, +-15% jitter)."""
     close_timeout: float = 2.0
+    """Seconds within which ``close()`` (or a cancelled ``connect()``) finishes from any
+    state, including the WHEP DELETE and the socket's goodbye."""
     idle_timeout: float = 900.0
+    """Seconds without conversation activity before the session ends itself (reason
+    ``idle_timeout``, and the thread is completed); 0 disables."""
     complete_on_server_end: bool = False
+    """Also send ``session_completed`` when the server ends the conversation
+    (``conversationEnded``); off as in the reference client, so the application may
+    continue the thread."""
     session_complete_timeout: float = 5.0
-    #: Budget of one in-place media recovery attempt (re-subscribe or renegotiation), seconds.
+    """Seconds the ``session_completed`` POST may take (it never stretches ``close()``
+    beyond ``close_timeout``)."""
     media_recovery_timeout: float = 10.0
-    #: In-place attempts per channel before escalating to a cold reconnect.
+    """Seconds for one in-place media recovery attempt (WHEP re-subscribe or uplink
+    renegotiation)."""
     max_media_recoveries: int = 2
-    #: Install SIGTERM/SIGINT handlers that close the session (and send session_completed)
-    #: before the process goes; off by default: signal handling belongs to the application.
+    """In-place attempts per channel before escalating to the cold tier."""
     handle_signals: bool = False
-    #: Seconds between ``connection_quality`` events; 0 (default) = off, no task, no cost.
+    """Install SIGTERM/SIGINT handlers that close the session (and send
+    ``session_completed``) before the process goes; off by default: signal handling belongs
+    to the application."""
     quality_interval: float = 0.0
-    #: Default bound of each ``session.events()`` buffer (events, >= 1; ``max_queue=``
-    #: overrides it per stream). A consumer that falls behind loses the oldest events and
-    #: reads an ``events_dropped`` notice where they were.
+    """Seconds between ``connection_quality`` events; 0 (default) = off: no task, no cost."""
     event_queue_size: int = 10_000
+    """Default bound of each ``session.events()`` buffer (events, >= 1; ``max_queue=``
+    overrides it per stream). A consumer that falls behind loses the oldest events and
+    reads an ``events_dropped`` notice where they were."""
+    max_message_size: int = MAX_MESSAGE_SIZE
+    """Largest control-socket message accepted, in bytes (at least 1024; 4 MiB, aiohttp's
+    default). A bigger one is refused unread: one ``protocol_error``, then a cold reconnect,
+    because a connection-state recovery would replay it (``docs/security.md``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
             # Annotations are strings here (postponed evaluation); every one is in the table.
-            check, rule = _FIELD_RULES[str(f.type)]
+            check, rule = _FIELD_LIMITS.get(f.name) or _FIELD_RULES[str(f.type)]
             value = getattr(self, f.name)
             if not check(value):
                 raise _invalid("SessionConfig", f.name, rule, value)
@@ -161,6 +239,11 @@ class SessionConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
+
+#: Fields whose rule is narrower than their type's (checked instead of the type's rule).
+_FIELD_LIMITS: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
+    "max_message_size": (_is_message_size, f"must be an int >= {MIN_MESSAGE_SIZE} (bytes)"),
+}
 
 #: How a SessionConfig field of each annotated type is checked, and the rule it states.
 _FIELD_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {

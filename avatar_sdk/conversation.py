@@ -54,6 +54,9 @@ class ConversationView:
                         "type": seg.type,
                         "content": seg.content,
                         "is_final": seg.is_final,
+                        # What the avatar says out loud (not tool calls, tool responses,
+                        # thinking or UI payloads): the one filter a transcript needs.
+                        "spoken": seg.is_spoken,
                     },
                 )
             ]

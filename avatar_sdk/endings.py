@@ -152,12 +152,19 @@ class Endings:
         """Release every task, socket and waiter this session owns (bounded)."""
         timeout = self.config.close_timeout
         self.fail_waiters(error)
-        link, self.slot.current = self.slot.current, None
-        closing = asyncio.ensure_future(
-            link.close(timeout) if link is not None else asyncio.sleep(0)
+        pending = self.supervisor.cancel_all(spare=asyncio.current_task())
+        if pending:
+            # Let the cancelled tasks leave the link first (a recovery mid-request must not
+            # race the close of the HTTP session or peer it is using); bounded.
+            _, pending_set = await asyncio.wait(pending, timeout=timeout / 4)
+            pending = list(pending_set)
+        links = [*self.slot.retiring, *([self.slot.current] if self.slot.current else [])]
+        self.slot.current = None
+        # A link a cancelled cold rebuild was closing is still closing: await it too.
+        await asyncio.gather(
+            *(link.close(timeout) for link in links), self.supervisor.wait(pending, timeout)
         )
-        await self.supervisor.aclose(timeout, spare=asyncio.current_task())
-        await closing
+        self.slot.retiring.clear()
         await self.guards.aclose()
         for track in self.outputs.values():
             track.stop()

@@ -69,30 +69,40 @@ class EventName(StrEnum):
 
 # -- connectivity ------------------------------------------------------------------------------
 class StateChangedPayload(TypedDict):
+    """The session moved to another state (every transition; ``trigger`` names the cause)."""
+
     state: str
     previous: str
     trigger: str
 
 
 class ConnectedPayload(TypedDict):
+    """The connect sequence finished: the conversation is usable."""
+
     thread_id: str | None
-    duration: float
+    duration: float  # connect() to usable
 
 
 class ReconnectingPayload(TypedDict):
+    """A recovery tier started (socket: same server session; cold: a new one)."""
+
     tier: Literal["socket", "media", "cold"]
     attempt: int
     max_attempts: int
-    reason: str
+    reason: str  # what was lost, e.g. "transport close", "stv session gone (404)"
 
 
 class ReconnectedPayload(TypedDict):
+    """A recovery tier finished and the session is usable again."""
+
     tier: Literal["socket", "media", "cold"]
     recovered: bool  # True only for an in-place socket recovery
-    duration: float
+    duration: float  # from noticing the loss to usable again
 
 
 class MediaRecoveringPayload(TypedDict):
+    """One media channel is being recovered in place (the control socket is alive)."""
+
     channel: Literal["asr", "stv"]
     method: str
     attempt: int
@@ -100,28 +110,38 @@ class MediaRecoveringPayload(TypedDict):
 
 
 class MediaRecoveredPayload(TypedDict):
+    """A media channel works again, verified by media flowing."""
+
     channel: Literal["asr", "stv"]
     method: Literal["ice_restart", "renegotiate", "whep_resubscribe"]
     duration: float
 
 
 class QueuedPayload(TypedDict):
+    """No agent is free: the session waits ``retry_in`` seconds before trying again."""
+
     attempt: int
     retry_in: float
 
 
 class CapacityChangedPayload(TypedDict):
+    """The server reported its capacity (``availabilityResult``); information only."""
+
     available: bool
     details: dict[str, Any] | None
 
 
 class GaveUpPayload(TypedDict):
+    """A recovery tier spent its budget; ``failed`` follows."""
+
     tier: str
     attempts: int
     code: str
 
 
 class EndedPayload(TypedDict):
+    """The last event of a session, after ``close()``, a server end or a failure."""
+
     reason: str
     code: str | None
     severity: str
@@ -130,6 +150,8 @@ class EndedPayload(TypedDict):
 
 
 class ErrorPayload(TypedDict):
+    """A classified error; the session may go on (``recoverable``) or be ending."""
+
     code: str
     message: str
     severity: str
@@ -137,16 +159,22 @@ class ErrorPayload(TypedDict):
 
 
 class SessionErrorPayload(TypedDict):
+    """The server reported the agent process restarted or gone."""
+
     code: str
     recoverable: bool
     message: str
 
 
 class SessionReleasedPayload(TypedDict):
+    """While paused, the server let go of the media; ``resume()`` rebuilds it."""
+
     reason: Literal["ready", "pause_expired"]
 
 
 class SessionCompletedPayload(TypedDict):
+    """The outcome of the end-of-conversation signal (``docs/lifecycle.md``)."""
+
     thread_id: str | None
     delivered: bool
     reason: str
@@ -156,11 +184,16 @@ class SessionCompletedPayload(TypedDict):
 
 
 class ProtocolErrorPayload(TypedDict):
-    event: str
+    """A server frame the SDK could not accept (malformed, oversized, a reserved name),
+    reported once; the session goes on (after a cold reconnect for an oversized one)."""
+
+    event: str  # the frame's event name, or "<unknown>" when it cannot be read
     detail: str
 
 
 class CallbackErrorPayload(TypedDict):
+    """A callback of yours raised; it was isolated and the session goes on."""
+
     event: str
     error: str
 
@@ -173,6 +206,8 @@ class EventsDroppedPayload(TypedDict):
 
 
 class ConnectionQualityPayload(TypedDict):
+    """Periodic media statistics per channel (opt-in: ``quality_interval``)."""
+
     channel: Literal["asr", "stv"]
     rtt: float | None  # seconds
     jitter: float | None  # seconds
@@ -181,57 +216,75 @@ class ConnectionQualityPayload(TypedDict):
 
 
 class NetworkChangedPayload(TypedDict):
-    pass
+    """The host network changed (``notify_network_change()`` or a detected suspend); the socket
+    is probed at once."""
 
 
 class IdleTimeoutPayload(TypedDict):
+    """No conversation activity for ``idle_timeout`` seconds; the session ends."""
+
     after: float
 
 
 # -- conversation ------------------------------------------------------------------------------
 class AgentTextPayload(TypedDict):
+    """One segment of the brain's answer as it streams (``agent_raw_text``)."""
+
     speech_id: str | None
     turn_id: str | None
-    type: str
+    type: str  # text, avatar, avatar-filler (spoken), think, tool, tool_response, ... (open set)
     content: str
     is_final: bool
+    spoken: bool  # said out loud: join these for a transcript (not tools, thinking or UI)
 
 
 class AgentSpeechStartedPayload(TypedDict):
+    """The agent started a new utterance (``is_new_turn``: a new turn, not a repeat)."""
+
     speech_id: str | None
     turn_id: str | None
     is_new_turn: bool
 
 
 class AgentTurnEndedPayload(TypedDict):
+    """The agent finished its turn."""
+
     speech_id: str | None
     turn_id: str | None
 
 
 class CaptionPayload(TypedDict):
+    """Text the avatar is speaking, chunk by chunk, as its voice is generated."""
+
     text: str
     speech_id: str | None
     duration: float | None
 
 
 class AgentTalkingPayload(TypedDict):
+    """The avatar started or stopped talking."""
+
     talking: bool
 
 
 class UserTranscriptionPayload(TypedDict):
+    """What the server heard the user say (its ASR of the uplink)."""
+
     text: str
     final: bool
 
 
 class UserStartedTalkingPayload(TypedDict):
-    pass
+    """The server detected the user speaking."""
 
 
 class AgentInterruptedPayload(TypedDict):
-    pass
+    """The agent's answer was cut by a newer user turn (barge-in)."""
 
 
 class ToolCallPayload(TypedDict):
+    """The brain called a client-side tool (deduplicated within a turn)."""
+
     name: str
     args: dict[str, Any]
     fused_args: list[dict[str, Any]]
@@ -240,6 +293,8 @@ class ToolCallPayload(TypedDict):
 
 
 class ToolCallResultPayload(TypedDict):
+    """A tool handler of yours returned or raised."""
+
     call: ToolCallPayload
     ok: bool
     value: NotRequired[Any]  # when ok
@@ -247,61 +302,77 @@ class ToolCallResultPayload(TypedDict):
 
 
 class ToolCallInvalidPayload(TypedDict):
+    """A tool call's arguments failed its schema; the handler did not run."""
+
     call: ToolCallPayload
     errors: list[str]
 
 
 class ResponsePendingPayload(TypedDict):
-    pass
+    """A user turn awaits an answer."""
 
 
 class ResponseSettledPayload(TypedDict):
-    pass
+    """The answer started arriving, or the turn ended or was interrupted."""
 
 
 class TimeWarningPayload(TypedDict):
+    """The conversation's time limit is near."""
+
     remaining: float | None
 
 
 class TimeExpiredPayload(TypedDict):
-    pass
+    """The conversation's time limit was reached."""
 
 
 class ConversationEndedPayload(TypedDict):
-    pass
+    """The server ended the conversation."""
 
 
 class ConversationResumedPayload(TypedDict):
-    pass
+    """The server confirmed ``resume()``: the conversation goes on."""
 
 
 # -- guards ------------------------------------------------------------------------------------
 class ToolSpiralDetectedPayload(TypedDict):
+    """Soft spiral tier: many tool calls in one turn (once per turn; nothing is interrupted)."""
+
     count: int
     limit: int
 
 
 class ToolSpiralRecoveringPayload(TypedDict):
+    """Hard spiral tier: the session rebuilds on a new socket."""
+
     count: int
     limit: int
     last_turn_text: str | None
 
 
 class SpiralRecoveredPayload(TypedDict):
+    """After a spiral rebuild, the abandoned turn was resent once, words only."""
+
     text: str
 
 
 class BrainStalledPayload(TypedDict):
+    """The brain stayed silent after a user turn (repeats while it lasts)."""
+
     after: float
     count: int
 
 
 class TurnResentPayload(TypedDict):
+    """A turn the server never confirmed was resent once after a recovery."""
+
     text: str
     tier: str
 
 
 class RetryBudgetResetPayload(TypedDict):
+    """A stable connected period renewed the cold tier's streak budget."""
+
     tier: str
     spent: int
     stable_for: float

@@ -14,6 +14,7 @@ once with ``AvatarError(CLOSED)`` instead of hanging. Event names and payload sh
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import logging
 import time
@@ -21,7 +22,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypeVar, overload
 
 from .errors import AvatarError, ErrorCode
 from .event_types import EventName
@@ -29,6 +30,7 @@ from .event_types import EventName
 log = logging.getLogger(__name__)
 
 Callback = Callable[["Event"], Awaitable[None] | None] | Callable[["Event"], Any]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Subscribers of ``events()`` buffer at most this many events; older ones are dropped
 #: (a session takes its bound from ``SessionConfig.event_queue_size``).
@@ -471,16 +473,49 @@ class EventBus:
                 await asyncio.gather(*pending, return_exceptions=True)
 
 
+#: Every name a session emits, plus ``"*"`` (all events).
+_KNOWN_NAMES: Final = frozenset({str(n) for n in EventName} | {"*"})
+
+
+def known_event(name: str | EventName) -> str:
+    """``name`` if a session can emit it; else ``AvatarError(invalid_argument)`` with the
+    closest known names (a typo such as ``"agent_txt"`` would otherwise wait forever)."""
+    key = _key(name)
+    if key not in _KNOWN_NAMES:
+        close = difflib.get_close_matches(key, sorted(_KNOWN_NAMES), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"unknown event name {key!r}{hint}")
+    return key
+
+
 class EventSource:
     """The public event verbs of a session (both transports): a base class that owns the
-    session's :class:`EventBus` and delegates to it; the behaviour lives in the bus."""
+    session's :class:`EventBus` and delegates to it; the behaviour lives in the bus. Every
+    verb refuses an event name no session emits (``invalid_argument``, with suggestions)."""
 
     def __init__(self) -> None:
         self._bus = EventBus()
 
-    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]:
-        """Call ``callback(event)`` for each event ``name`` (``"*"``: all). Returns unsubscribe."""
-        return self._bus.on(name, callback)
+    @overload
+    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: str | EventName) -> Callable[[_F], _F]: ...
+
+    def on(
+        self, name: str | EventName, callback: Callback | None = None
+    ) -> Callable[[], None] | Callable[[_F], _F]:
+        """Call ``callback(event)`` (sync or async) for each event ``name`` (``"*"``: all);
+        returns a function that unsubscribes. Without ``callback`` it is a decorator:
+        ``@session.on("agent_text")`` registers the function and returns it unchanged."""
+        key = known_event(name)
+        if callback is not None:
+            return self._bus.on(key, callback)
+
+        def register(function: _F) -> _F:
+            self._bus.on(key, function)
+            return function
+
+        return register
 
     def events(self, *names: str | EventName, max_queue: int | None = None) -> EventStream:
         """Async iterator of events (optionally only ``names``), subscribed at call time;
@@ -490,7 +525,7 @@ class EventSource:
         10,000); a consumer that falls behind loses the oldest and reads an
         ``events_dropped`` {count, total} event where they were (``stream.dropped``, and
         ``stats()["events_dropped"]`` for all streams)."""
-        return self._bus.events(*names, cap=max_queue)
+        return self._bus.events(*(known_event(n) for n in names), cap=max_queue)
 
     def expect(
         self,
@@ -503,7 +538,7 @@ class EventSource:
 
         ``timeout`` (seconds) counts from this call; ``TimeoutError`` names the event.
         Raises ``AvatarError(CLOSED)`` at once on an ended session."""
-        return self._bus.expect(name, predicate, timeout)
+        return self._bus.expect(known_event(name), predicate, timeout)
 
     def wait_for(
         self,
@@ -515,4 +550,4 @@ class EventSource:
         ``predicate(event)`` is true, if given). Subscribed when called, not when awaited;
         ``TimeoutError`` after ``timeout`` seconds; ``AvatarError(CLOSED)`` on an ended
         session, at once."""
-        return self._bus.wait_for(name, timeout, predicate)
+        return self._bus.wait_for(known_event(name), timeout, predicate)

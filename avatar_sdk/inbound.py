@@ -18,7 +18,7 @@ from typing import Any
 from .config import SessionConfig
 from .conversation import ConversationView
 from .endings import Endings
-from .errors import AvatarError, ErrorCode
+from .errors import AvatarError, Category, ErrorCode
 from .guards import ConversationGuards
 from .lifecycle import CompletionSignal, IdleTimer
 from .link import ServerLink
@@ -28,6 +28,7 @@ from .router import route
 from .tiers import RecoveryController
 from .transport.csr import IO_SERVER_DISCONNECT
 from .turn_desk import TurnDesk
+from .user_state import UserState
 from .wire import InboundEvent
 
 log = logging.getLogger("avatar_sdk.session")
@@ -46,6 +47,7 @@ class InboundHandler:
     endings: Endings
     recovery: RecoveryController
     desk: TurnDesk
+    user: UserState
     view: ConversationView
     guards: ConversationGuards
     completion: CompletionSignal
@@ -63,6 +65,7 @@ class InboundHandler:
         if link is not self.slot.current:
             return  # a late event from a link we already replaced
         try:
+            self.user.observe(link, event)
             self._apply(name, event)
         except Exception as exc:
             # A bug of ours must not take the socket's read loop down with it: report it
@@ -92,6 +95,9 @@ class InboundHandler:
         if routing.agent_back and self._agent_back is not None and not self._agent_back.done():
             self._agent_back.set_result(None)
         self.desk.observe(routing.speech_id, routing.turn_to_talk)
+        if self.desk.observe_turn(event):
+            # An uninterruptible turn (the greeting) ended: the turns held meanwhile go now.
+            spawn(self.desk.flush(join=True), "turn-delivery")
         for public_name, data in self.view.apply(event):
             self.emit(public_name, data)
         if self.view.thread_id and self.completion.thread_id != self.view.thread_id:
@@ -116,14 +122,24 @@ class InboundHandler:
             link.handshake.fail(AvatarError(code, reason))
         elif decision.action == "recover_socket":
             self.spawn(self.recovery.recover_socket(link, reason), "socket-recovery")
+        elif decision.action == "recover_cold":
+            self.spawn(self._recover_cold(reason), "cold-recovery")
         elif decision.action == "end":
             self.spawn(self.endings.end(reason, code), "end")
+
+    async def _recover_cold(self, reason: str) -> None:
+        """The socket cannot be resumed (it would be handed the same poisoned message
+        again): a brand-new link, same thread."""
+        if self.machine.try_fire("session_lost"):
+            self.machine.set(reason=reason, category=str(Category.SERVER))
+            await self.recovery.recover_cold(reason)
 
     # -- agent restart ----------------------------------------------------------------------
     def _agent_restarting(self) -> None:
         # A restarting agent drops user turns: hold them until it is back (showAgent), or
         # for agent_timeout at most, then deliver them in order.
         self.machine.set(agent_restarting=True)
+        self.desk.reset_gate()  # the turn in flight (even the greeting) died with the agent
         self._agent_back = back = asyncio.get_running_loop().create_future()
         self.spawn(self._await_agent(back), "agent-restart")
 

@@ -51,6 +51,10 @@ from .wire import (
 
 log = logging.getLogger(__name__)
 
+#: Events whose meaning is their name alone (a server verdict, the conversation's end): one
+#: whose payload could not be decoded still takes effect, with an empty payload.
+NAME_ONLY_EVENTS: frozenset[str] = frozenset({*FATAL_EVENTS, In.CONVERSATION_ENDED})
+
 
 @dataclass(frozen=True, slots=True)
 class LinkListener:
@@ -84,6 +88,7 @@ class ServerLink:
     result: HandshakeResult | None = None
     _probes: list[asyncio.Future[None]] = field(default_factory=list)
     _closed: bool = False
+    _closing: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<ServerLink room={self.room_id} channel={self.channel!r}>"
@@ -114,6 +119,14 @@ class ServerLink:
             self.lanes.on_event(event)
         listener.on_inbound(self, name, event)
 
+    def refused(self, listener: LinkListener, name: str, detail: str, name_only: bool) -> None:
+        """A frame the socket refused: a protocol error. If only the payload of an event
+        whose name is its whole meaning was lost, the event still happens (a server that
+        ended the conversation must not leave the session waiting forever)."""
+        listener.on_protocol_error(self, name, detail)
+        if name_only and name in NAME_ONLY_EVENTS:
+            self.receive(listener, name, [])
+
     # -- verbs ------------------------------------------------------------------------------
     async def emit(self, event: str, payload: object) -> None:
         await self.channel.emit(event, payload)
@@ -124,19 +137,28 @@ class ServerLink:
         self._probes.append(waiter)
         try:
             await self.channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
-            await asyncio.wait_for(waiter, timeout)
-        except (AvatarError, TimeoutError):
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives as the answer does, and the watchdog would outlive its session.
+            await asyncio.wait({waiter}, timeout=timeout)
+        except AvatarError:
             return False
         finally:
             if waiter in self._probes:
                 self._probes.remove(waiter)
-        return True
+        return waiter.done() and not waiter.cancelled()
 
     async def close(self, timeout: float) -> None:
-        """Release the socket, the peers and every waiter of this server session (bounded)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the socket, the peers and every waiter of this server session (bounded).
+
+        The release runs as the link's own task: a caller cancelled meanwhile (``close()``
+        of the session during a cold rebuild) does not leave it half done, and every later
+        caller awaits the same release."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._release(timeout))
+        await asyncio.shield(self._closing)
+
+    async def _release(self, timeout: float) -> None:
         self.handshake.fail(AvatarError(ErrorCode.CLOSED, "link closed"))
         self.handshake.close()
         for waiter in self._probes:
@@ -196,6 +218,9 @@ class LinkBuilder:
         def on_disconnect(_: ControlChannel, reason: str) -> None:
             listener.on_disconnect(link, reason)
 
+        def on_protocol_error(name: str, detail: str, name_only: bool) -> None:
+            link.refused(listener, name, detail, name_only)
+
         channel = ControlChannel(
             self._url,
             self.__token,
@@ -203,6 +228,8 @@ class LinkBuilder:
             partner_id=self._partner_id,
             on_event=on_event,
             on_disconnect=on_disconnect,
+            on_protocol_error=on_protocol_error,
+            max_message_size=self._config.max_message_size,
             counters=self._counters,
             ssl_context=self._ssl,
             now=self._clock.monotonic,

@@ -33,7 +33,8 @@ from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from .config import SessionConfig
 from .errors import ErrorCode
-from .transport.csr import is_recoverable
+from .logs import MACHINE_NAME
+from .transport.csr import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
 
 log = logging.getLogger(__name__)
 
@@ -153,21 +154,26 @@ def public_name(internal: str) -> str:
 class DisconnectDecision:
     """What a socket disconnect means in a given state."""
 
-    action: str  # "recover_socket" | "end" | "abort_connect" | "ignore"
+    action: str  # "recover_socket" | "recover_cold" | "end" | "abort_connect" | "ignore"
     reason: str
 
 
 def decide_disconnect(state: str, reason: str) -> DisconnectDecision:
     """The machine's rule for a dropped control socket.
 
-    A recoverable reason while live goes to the socket tier; any other reason ends the
-    session with that reason (the server ended it on purpose). During the connect sequence a
-    drop fails the attempt at once instead of waiting for a step timeout.
+    A recoverable reason while live goes to the socket tier, and so does a CONNECT_ERROR
+    for the connected namespace (``io server refused``: the reconnect's own answer then
+    tells a glitch from a refusal). A message over ``max_message_size`` goes straight to
+    the cold tier: connection-state recovery would replay it first. Any other reason ends
+    the session with that reason (the server ended it on purpose). During the connect
+    sequence a drop fails the attempt at once instead of waiting for a step timeout.
     """
     if state.startswith("connecting"):
         return DisconnectDecision("abort_connect", reason)
     if state in ("connected", "paused", "recovering_media"):
-        if is_recoverable(reason):
+        if reason == MESSAGE_TOO_BIG:
+            return DisconnectDecision("recover_cold", reason)
+        if is_recoverable(reason) or reason == IO_SERVER_REFUSED:
             return DisconnectDecision("recover_socket", reason)
         return DisconnectDecision("end", reason)
     return DisconnectDecision("ignore", reason)
@@ -290,6 +296,7 @@ class SessionMachine:
             send_event=True,
             after_state_change=self._after_change,
             queued=False,
+            name=MACHINE_NAME,  # avatar_sdk.logs filters this machine's INFO lines only
         )
         self.history: list[tuple[str, str, str]] = []
 

@@ -155,7 +155,7 @@ class MediaTier:
                         recover = lanes.recover_asr if channel == "asr" else lanes.recover_stv
                         method = await recover(link.emit, cfg.media_recovery_timeout)
             except AvatarError as error:
-                await self._media_failed(channel, error)
+                await self._media_failed(link, lanes, channel, error)
                 return
         finally:
             if self._media_tasks.get(channel) is asyncio.current_task():
@@ -168,9 +168,22 @@ class MediaTier:
         record_recovery(self._stats, "media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
 
-    async def _media_failed(self, channel: str, error: AvatarError) -> None:
+    def forget_link(self) -> None:
+        """The link is being replaced: its channel recoveries end (but the caller's own, when
+        a failed one escalated to the cold tier from inside its task)."""
+        current = asyncio.current_task()
+        for task in self._media_tasks.values():
+            if task is not current:
+                task.cancel()
+        self._media_tasks.clear()
+
+    async def _media_failed(
+        self, link: ServerLink, lanes: MediaLanes, channel: str, error: AvatarError
+    ) -> None:
         if not self._machine.is_in("recovering_media"):
             return  # the socket dropped meanwhile: its tier decides, media is re-checked after
+        if link is not self._slot.current or lanes is not link.lanes:
+            return  # a replaced link's recovery: the current one is judged on its own
         for other, task in list(self._media_tasks.items()):
             if other != channel:
                 task.cancel()

@@ -21,11 +21,22 @@ class Outcome:
 
 
 class LinkSlot:
-    """The link of the moment (None while none is open). Owned by the session; the
-    recovery controller replaces its content on a cold reconnect."""
+    """The link of the moment (None while none is open), and the links being closed. Owned
+    by the session; the recovery controller replaces its content on a cold reconnect, and
+    the endings close whatever is in it, a link still closing included."""
 
     def __init__(self) -> None:
         self.current: ServerLink | None = None
+        self.retiring: set[ServerLink] = set()
+
+    async def retire(self, timeout: float) -> None:
+        """Close the current link and empty the slot; kept in ``retiring`` until closed."""
+        old, self.current = self.current, None
+        if old is None:
+            return
+        self.retiring.add(old)
+        await old.close(timeout)
+        self.retiring.discard(old)
 
 
 def record_recovery(stats: dict[str, Any], tier: str, duration: float) -> None:

@@ -41,6 +41,7 @@ from .transport.stv import FanoutTrack
 from .transport.tls import client_context
 from .turn_desk import TurnDesk
 from .urls import check_url
+from .user_state import UserState
 from .wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 
 log = logging.getLogger(__name__)
@@ -70,13 +71,30 @@ class AvatarSession(EventSource):
         ssl: SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        """See CONTRACT: ``url``/``token`` of the backend; ``thread_id`` resumes a thread;
-        ``audio`` an aiortc track for the uplink (None: silence); ``media=False`` for text
-        only; ``journal`` a JSONL path of every event; ``clock`` for tests (seconds).
+        """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
-        TLS (docs/security.md): ``ssl`` an ``ssl.SSLContext``, or ``ca_file`` a PEM file of
-        a private CA trusted besides the system's, applies to every connection the session
-        makes (Socket.IO, WHEP, genie); an untrusted certificate fails with ``tls_failed``."""
+        :param url: the conversation backend's base URL, ``https://host[:port]``.
+        :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
+            genie calls, never logged or shown in a repr.
+        :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
+            (None: neither is sent).
+        :param partner_id: the partner id the backend expects in the connection query.
+        :param thread_id: continue an earlier conversation's memory; replayed on every join.
+        :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
+            silence, file, microphone); None sends silence.
+        :param video: False subscribes to the avatar's voice only.
+        :param media: False opens the control channel only (text turns, no WebRTC).
+        :param config: a ``SessionConfig`` (timeouts, budgets, guards; seconds).
+        :param allow_insecure_transport: permit http/ws and private media hosts (a local
+            backend such as ``StagingServer``; never in production).
+        :param turn: a ``TurnConfig`` for a TURN relay on restrictive networks.
+        :param journal: a path to append one JSON line per event (never the token).
+        :param clock: an injected clock for tests (``avatar_sdk.testing.FakeClock``).
+        :param ssl: an ``ssl.SSLContext`` for every connection; or
+        :param ca_file: a PEM file of a private CA trusted besides the system's (not both).
+        :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
+            for an http URL without the opt-in.
+        """
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
         register_secret(token)
@@ -87,6 +105,12 @@ class AvatarSession(EventSource):
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         super().__init__()
+        if config is not None and not isinstance(config, SessionConfig):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"config must be a SessionConfig, not {type(config).__name__}"
+                " (build one: SessionConfig(**fields))",
+            )
         self.config = cfg = config or SessionConfig()
         self._clock = clock or SYSTEM_CLOCK
         self._media = bool(media)
@@ -95,8 +119,6 @@ class AvatarSession(EventSource):
         self._supervisor = Supervisor(self._on_task_failure)
         self._slot = LinkSlot()
         self._view = ConversationView(thread_id=thread_id)
-        self._mic_enabled = True
-        self._mute_task: asyncio.Task[Any] | None = None
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False
         self._stats: dict[str, Any] = {
@@ -126,6 +148,7 @@ class AvatarSession(EventSource):
             ssl_context=tls,
         )
         self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
+        self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
@@ -141,7 +164,8 @@ class AvatarSession(EventSource):
         self._recovery = RecoveryController(
             machine=machine, config=cfg, clock=self._clock, slot=self._slot,
             builder=self._builder, thread_id=lambda: self._view.thread_id,
-            restore=self._restore_user_state, emit=self._emit, spawn=self._supervisor.spawn,
+            restore=self._restore_user_state, reassert=self._user.on_same_session,
+            emit=self._emit, spawn=self._supervisor.spawn,
             on_outcome=self._after_recovery, stats=self._stats,
         )  # fmt: skip
         self._endings = Endings(
@@ -153,7 +177,8 @@ class AvatarSession(EventSource):
         )  # fmt: skip
         self._inbound = InboundHandler(
             config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
-            endings=self._endings, recovery=self._recovery, desk=self._desk, view=self._view,
+            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
+            view=self._view,
             guards=self._guards, completion=self._completion, idle=self._idle,
             emit=self._emit, stats=self._stats,
         )  # fmt: skip
@@ -304,10 +329,7 @@ class AvatarSession(EventSource):
         if link.lanes is not None and link.lanes.stv is not None:
             self._machine.set(subscribed=True)
         self._machine.set(media_released=False, agent_restarting=False)
-        if not self._mic_enabled:
-            await link.emit(Out.MUTE_USER, build_empty())
-        if self._machine.data.user_paused:
-            await link.emit(Out.PAUSE_CONVERSATION, build_empty())
+        await self._user.on_new_session(link)
 
     async def _after_recovery(self, outcome: Outcome) -> None:
         """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
@@ -341,6 +363,9 @@ class AvatarSession(EventSource):
     async def speak(self, text: str) -> None:
         """Send a user text turn (a barge-in marker first, as a real client does).
 
+        The text is cut to the protocol's 8,000 characters and stripped of control
+        characters (``wire.clamp_text``); an empty text raises ``invalid_argument``.
+
         During a recovery the turn is held and delivered once the session is usable again;
         if the session ends instead, this raises ``AvatarError``. A turn the server has not
         confirmed when a recovery happens is resent once (``turn_resent``).
@@ -355,31 +380,12 @@ class AvatarSession(EventSource):
     @property
     def mic_enabled(self) -> bool:
         """Whether the user's microphone reaches the server. Preserved across reconnects."""
-        return self._mic_enabled
+        return self._user.mic_enabled
 
     @mic_enabled.setter
     def mic_enabled(self, enabled: bool) -> None:
-        enabled = bool(enabled)
-        if enabled == self._mic_enabled:
-            return
-        self._mic_enabled = enabled
         self._uplink_track.muted = not enabled
-        link = self._slot.current
-        if link is not None and link.connected and not self._machine.terminal:
-            event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
-            previous = self._mute_task
-            self._mute_task = self._supervisor.spawn(self._emit_in_order(event, previous), "mute")
-
-    async def _emit_in_order(self, event: str, after: asyncio.Task[Any] | None) -> None:
-        if after is not None and not after.done():
-            await asyncio.wait({after})
-        link = self._slot.current
-        if link is not None:
-            try:
-                await link.emit(event, build_empty())
-            except AvatarError as error:
-                # Every recovery tier re-applies mic_enabled: nothing is lost.
-                log.info("%s not sent (%s); the next recovery re-applies it", event, error.code)
+        self._user.set_mic(bool(enabled))
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
@@ -400,6 +406,7 @@ class AvatarSession(EventSource):
         """
         self._require_state("paused")
         await self._send(Out.RESUME_CONVERSATION, build_empty())
+        self._user.resume_sent()
         link = self._slot.current
         if self._machine.data.media_released and link is not None and self._media:
             try:
@@ -419,7 +426,7 @@ class AvatarSession(EventSource):
 
     async def _send(self, event: str, payload: Any) -> None:
         """Emit in call order: a mute toggled just before a call goes out before it."""
-        pending = self._mute_task
+        pending = self._user.pending_emit
         if pending is not None and not pending.done():
             await asyncio.wait({pending})
         link = self._slot.current

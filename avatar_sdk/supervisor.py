@@ -55,15 +55,24 @@ class Supervisor:
             log.error("task %s failed: %r", task.get_name(), exc, exc_info=exc)
             self._on_failure(task.get_name(), exc)
 
-    async def aclose(self, timeout: float, *, spare: asyncio.Task[Any] | None = None) -> None:
-        """Cancel every task (but ``spare``, usually the caller) and wait up to ``timeout``
-        seconds for them to finish; a task that ignores cancellation is logged."""
+    def cancel_all(self, *, spare: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
+        """Close the supervisor and cancel every task but ``spare`` (usually the caller);
+        returns the tasks that were still running, for :meth:`wait`."""
         self._closed = True
         pending = [t for t in self._tasks if t is not spare and not t.done()]
         for task in pending:
             task.cancel()
-        if not pending:
+        return pending
+
+    async def wait(self, tasks: list[asyncio.Task[Any]], timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for cancelled ``tasks``; one that ignores its
+        cancellation is logged (it is a bug: it outlives its session)."""
+        if not tasks:
             return
-        _, stuck = await asyncio.wait(pending, timeout=timeout)
+        _, stuck = await asyncio.wait(tasks, timeout=timeout)
         for task in stuck:
             log.error("task %s did not stop within %.3gs of its cancellation", task, timeout)
+
+    async def aclose(self, timeout: float, *, spare: asyncio.Task[Any] | None = None) -> None:
+        """Cancel every task (but ``spare``) and wait up to ``timeout`` seconds for them."""
+        await self.wait(self.cancel_all(spare=spare), timeout)

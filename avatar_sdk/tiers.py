@@ -75,6 +75,7 @@ class RecoveryController:
         builder: LinkBuilder,
         thread_id: Callable[[], str | None],
         restore: Callable[[ServerLink], Awaitable[None]],
+        reassert: Callable[[ServerLink], Awaitable[None]],
         emit: Emit,
         spawn: Spawn,
         on_outcome: Callable[[Outcome], Awaitable[None]],
@@ -87,6 +88,7 @@ class RecoveryController:
         self._builder = builder
         self._thread_id = thread_id
         self._restore = restore
+        self._reassert = reassert
         self._emit = emit
         self._spawn = spawn
         self._on_outcome = on_outcome
@@ -177,9 +179,7 @@ class RecoveryController:
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during connect")
 
     async def _release_link(self) -> None:
-        link, self._slot.current = self._slot.current, None
-        if link is not None:
-            await link.close(self._config.close_timeout / 2)
+        await self._slot.retire(self._config.close_timeout / 2)
 
     # -- tier 1: socket ---------------------------------------------------------------------
     async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
@@ -253,6 +253,12 @@ class RecoveryController:
             raise _Escalate  # the server answered with a fresh session: nothing to resume
         if not await link.probe(cfg.socket_probe_timeout):
             raise _TryAgain  # "reconnected but silent" must not count
+        try:
+            # What the dying socket may have swallowed (recovery replays only the server's
+            # events): the approval, mute and pause, re-sent before the session is usable.
+            await self._reassert(link)
+        except AvatarError as error:
+            raise _TryAgain from error
 
     # -- tier 3: cold reconnect -------------------------------------------------------------
     async def recover_cold(self, reason: str) -> Outcome:
@@ -325,9 +331,8 @@ class RecoveryController:
 
     async def _cold_attempt(self) -> None:
         cfg = self._config
-        old, self._slot.current = self._slot.current, None
-        if old is not None:
-            await old.close(cfg.close_timeout / 2)
+        self.media.forget_link()  # its recoveries die with it: the new link is watched afresh
+        await self._slot.retire(cfg.close_timeout / 2)
         link = self._builder.create()
         self._slot.current = link
         try:

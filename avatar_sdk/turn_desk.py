@@ -5,6 +5,11 @@ restarting agent) and delivers them in order afterwards, records each sent turn 
 :class:`~avatar_sdk.turns.TurnLedger`, and after a recovery resends, exactly once, the turns
 the server never confirmed. It decides nothing about connections: it reads the machine and
 sends through the ``send`` function it is given.
+
+The server drops a typed turn sent during an uninterruptible agent turn (the opening
+greeting, PROTOCOL.md §4.13), so a turn spoken then is held by the desk's
+:class:`~avatar_sdk.turns.TurnGate` and sent when that turn's closing events arrive, every
+held text joined into one turn as the reference client does.
 """
 
 from __future__ import annotations
@@ -21,8 +26,20 @@ from .errors import AvatarError, ErrorCode
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .lifecycle import IdleTimer
 from .machine import SessionMachine
-from .turns import TurnLedger
-from .wire import Out, build_barge_in_marker, build_text_entered, clamp_text
+from .turns import TurnGate, TurnLedger
+from .wire import (
+    AgentInterrupted,
+    AgentStartSpeech,
+    AskPermissions,
+    InboundEvent,
+    Out,
+    StvFinishedGenerating,
+    StvFinishedTalking,
+    StvStartedTalking,
+    build_barge_in_marker,
+    build_text_entered,
+    clamp_text,
+)
 
 log = logging.getLogger("avatar_sdk.session")
 
@@ -60,6 +77,11 @@ class TurnDesk:
         self._emit = emit
         self._stats = stats
         self.ledger = TurnLedger()
+        self.gate = TurnGate()
+        #: Set while the gate is past ``expected`` / while it is ``open``.
+        self._gate_started = asyncio.Event()
+        self._gate_open = asyncio.Event()
+        self._sync_gate()
         self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._evidence = asyncio.Event()
         stats.setdefault("turns_resent", 0)
@@ -70,7 +92,7 @@ class TurnDesk:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = clamp_text(text)
         m = self._machine
-        if m.is_in(*_USABLE) and not m.data.agent_restarting:
+        if self._usable() and self.gate.phase == "open":
             try:
                 await self._send_turn(text)
                 return
@@ -83,8 +105,14 @@ class TurnDesk:
         if len(self._held) >= MAX_HELD_TURNS:
             raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._held.append((text, fut))
+        self._held.append((text, fut))  # in spoken order, whatever releases it
+        if self._usable() and await self._past_expected():
+            await self.flush(join=True)  # no greeting came: nothing else will release it
         await fut
+
+    def _usable(self) -> bool:
+        m = self._machine
+        return m.is_in(*_USABLE) and not m.data.agent_restarting
 
     async def _send_turn(self, text: str, *, resend: bool = False) -> None:
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
@@ -103,10 +131,69 @@ class TurnDesk:
         """Evidence from one inbound event: its speechId, or a user-turn hand-off."""
         confirmed = self.ledger.observe_speech_id(speech_id)
         if turn_to_talk and self.ledger.unconfirmed():
-            self.ledger.confirm_all()
+            self.ledger.confirm_current()
             confirmed = True
         if confirmed:
             self._evidence.set()
+
+    # -- uninterruptible agent turns --------------------------------------------------------
+    def observe_turn(self, event: InboundEvent) -> bool:
+        """Feed the gate one inbound event. True when it just opened with turns held: the
+        caller sends them now (``flush(join=True)``)."""
+        gate = self.gate
+        opened = False
+        if isinstance(event, AskPermissions):
+            gate.expect_opening()
+        elif isinstance(event, AgentStartSpeech):
+            opened = gate.speech_started(event.speech_id, event.is_new_turn)
+        elif isinstance(event, StvStartedTalking):
+            gate.talking_started()
+        elif isinstance(event, StvFinishedTalking | AgentInterrupted):
+            opened = gate.talking_finished()
+        elif isinstance(event, StvFinishedGenerating):
+            opened = gate.generation_finished(event.speech_id)
+        else:
+            return False
+        self._sync_gate()
+        return opened and bool(self._held)
+
+    def reset_gate(self) -> None:
+        """The agent turn in flight is gone (the agent restarted, the session ended): no
+        uninterruptible turn holds user turns any more."""
+        self.gate.reset()
+        self._sync_gate()
+
+    def _sync_gate(self) -> None:
+        phase = self.gate.phase
+        for event, is_set in (
+            (self._gate_started, phase != "expected"),
+            (self._gate_open, phase == "open"),
+        ):
+            if is_set:
+                event.set()
+            else:
+                event.clear()
+
+    async def _past_expected(self) -> bool:
+        """The session was just approved and its greeting has not begun: wait for it to
+        begin, at most ``agent_timeout`` (a server with no greeting takes turns at once).
+        True if it never began (this call opened the gate)."""
+        if self.gate.phase != "expected":
+            return False
+        await sleep_or(self._clock, self._config.agent_timeout, self._gate_started)
+        if not self.gate.give_up_waiting():
+            return False
+        log.info(
+            "no opening turn within %.3gs of approval; sending turns", self._config.agent_timeout
+        )
+        self._sync_gate()
+        return True
+
+    async def _until_interruptible(self) -> None:
+        """Until the server would take a typed turn: past the expected greeting, then until
+        the uninterruptible turn's closing events (or the session's end)."""
+        await self._past_expected()
+        await self._gate_open.wait()
 
     # -- after a recovery -------------------------------------------------------------------
     def after_recovery(self, tier: str) -> Coroutine[Any, Any, None]:
@@ -114,7 +201,7 @@ class TurnDesk:
         now are resent once when no evidence comes within ``turn_confirm_timeout``, then
         held turns go out, in the order they were spoken. The cut-off is taken now, so a
         turn spoken after the recovery is never mistaken for a lost one."""
-        through = self.ledger.last_seq if tier in ("socket", "cold") else 0
+        through = self.ledger.new_epoch() if tier in ("socket", "cold") else 0
         return self._deliver(tier, through)
 
     async def _deliver(self, tier: str, through: int) -> None:
@@ -131,6 +218,7 @@ class TurnDesk:
                 break
             self._evidence.clear()
             await sleep_or(clock, left, self._evidence)
+        await self._until_interruptible()  # a rebuilt session is greeting: it would drop them
         for turn in ledger.take_resends(through):
             if not self._machine.is_in(*_USABLE):
                 break
@@ -141,7 +229,10 @@ class TurnDesk:
     async def resend_after_spiral(self, text: str) -> bool:
         """The hard spiral tier rebuilt the server session: resend the abandoned turn once,
         prefixed, with no barge-in marker (the new server session is idle)."""
-        self.ledger.confirm_all()  # the old server session had them; this resend replaces them
+        self.ledger.clear()  # the old server session had them; this resend replaces them
+        # The rebuilt session opens with its greeting, which would drop the resend: held
+        # until it ends (PROTOCOL.md §4.6 [newer]).
+        await self._until_interruptible()
         resend = SPIRAL_RECOVERY_PREFIX + text
         try:
             await self._send(Out.TEXT_ENTERED, build_text_entered(resend))
@@ -153,9 +244,29 @@ class TurnDesk:
         return True
 
     # -- held turns -------------------------------------------------------------------------
-    async def flush(self) -> None:
-        """Send held turns, in order, while the session is usable."""
+    async def flush(self, *, join: bool = False) -> None:
+        """Send held turns, in order, while the session is usable and the server takes
+        them; ``join``: as one turn, the texts joined by newlines (after an uninterruptible
+        turn, as the reference client does: one answer instead of one barge-in per text)."""
         m = self._machine
+        if self._held:
+            await self._past_expected()
+        if self.gate.phase != "open":
+            return  # the uninterruptible turn's closing events flush them (observe_turn)
+        if join and len(self._held) > 1 and m.is_in("connected") and not m.data.agent_restarting:
+            batch = list(self._held)
+            self._held.clear()
+            try:
+                await self._send_turn(clamp_text("\n".join(text for text, _ in batch)))
+            except AvatarError as error:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(error)
+                return
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+            return
         while self._held and m.is_in("connected") and not m.data.agent_restarting:
             text, fut = self._held.popleft()
             try:
@@ -169,6 +280,7 @@ class TurnDesk:
 
     def fail_held(self, error: AvatarError) -> None:
         """The session ended: every held ``speak()`` raises ``error``."""
+        self.reset_gate()
         while self._held:
             _, fut = self._held.popleft()
             if not fut.done():

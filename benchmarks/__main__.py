@@ -3,19 +3,23 @@
 Figures: connect, recovery, throughput, media, resilience, guards (default: all), and
 asr (the ASR uplink part of resilience alone; not in the default run).
 
-Runs every figure once, prints the table and writes ``benchmarks/results.json``. The exit
-status is 0 whatever the targets say; it is 1 only when a figure could not be measured.
+Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
+``benchmarks/RESULTS.md`` and its chart ``benchmarks/recovery-tiers.png`` from it
+(``--no-report``: the JSON only). The exit status is 0 whatever the targets say; it is 1
+only when a figure could not be measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, guards, media, recovery, resilience, throughput
+from . import connect, guards, markdown, media, recovery, resilience, throughput
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -44,6 +48,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         + ", ".join(FIGURES),
     )
     parser.add_argument("--output", type=Path, default=RESULTS_PATH, help="JSON results path")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=markdown.RESULTS_MD,
+        help="Markdown report path (its chart is written beside it)",
+    )
+    parser.add_argument(
+        "--no-report", action="store_true", help="write the JSON only (no RESULTS.md, no chart)"
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.only.split(",") if name not in FIGURES]
     if unknown:
@@ -65,6 +78,8 @@ def _measure(key: str) -> FigureResult:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     env = environment()
+    given = sys.argv[1:] if argv is None else argv
+    env["command"] = " ".join(["python -m benchmarks", *map(shlex.quote, given)])
     started = time.perf_counter()
     figures: list[FigureResult] = []
     for key in args.only.split(","):
@@ -74,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     print(render(figures, env, seconds))
     path = write_json(figures, env, seconds, args.output)
     print(f"results written to {path}")
+    if not args.no_report:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        chart = args.report.with_name(markdown.CHART_PNG.name)
+        report, drawn = markdown.write(document, args.report, chart)
+        print(f"report written to {report}" + (f", chart to {drawn}" if drawn else ""))
     return 1 if any(figure.error is not None for figure in figures) else 0
 
 

@@ -293,6 +293,9 @@ class AsrPeer:
                 if self.first_frame_at is None:
                     self.first_frame_at = now
                 self.last_frame_at = now
+                if isinstance(frame, av.AudioFrame) and frame.sample_rate:
+                    seconds = frame.samples / frame.sample_rate
+                    self._media.on_uplink_frame(self.sid, rms, seconds)
 
     # -- faults and teardown ----------------------------------------------------------------
     async def fail(self, mode: str) -> bool:

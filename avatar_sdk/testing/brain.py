@@ -2,7 +2,8 @@
 
 A turn is a list of wire events the server streams after a user turn, in the order the real
 conversation manager sends them (PROTOCOL.md §3.9). Tests script replies, tool calls and
-stalls; anything unscripted gets a short echo reply.
+stalls; anything unscripted gets a short echo reply. :meth:`Brain.voice_turn` plays what
+the service emits when its speech recognition finalises a user utterance.
 """
 
 from __future__ import annotations
@@ -10,19 +11,70 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..wire.names import In
 from ..wire.speech import make_speech_id
+from .vad import ListenConfig
+
+if TYPE_CHECKING:
+    from .server import StagingServer
 
 WireEvent = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSegment:
+    """One ``tool`` segment and the tool names its ``tool_response`` segments echo after it,
+    in call order (PROTOCOL.md §3.6)."""
+
+    content: str
+    responses: tuple[str, ...]
+
+    @classmethod
+    def single(cls, call: str) -> ToolSegment:
+        """A raw ``tool`` segment content (``name {json}``, extra objects allowed): one
+        ``tool_response`` named after it."""
+        return cls(call, (call.split("{", 1)[0].strip() or "tool",))
+
+    @classmethod
+    def fused(cls, calls: Sequence[str]) -> ToolSegment:
+        """Several calls fused the way the brain does it: ONE segment carrying every call's
+        JSON arguments back to back, named after the last tool only, then one
+        ``tool_response`` per call echoing every name in call order."""
+        names: list[str] = []
+        blobs: list[str] = []
+        for call in calls:
+            name, brace, rest = call.partition("{")
+            name = name.strip()
+            blob = (brace + rest).strip()
+            try:
+                args = json.loads(blob) if blob else None
+            except ValueError:
+                args = None
+            if not name or not isinstance(args, dict):
+                raise ValueError(f"a fused call must read 'name {{json object}}', got {call!r}")
+            names.append(name)
+            blobs.append(blob)
+        if not names:
+            raise ValueError("a fused tool segment needs at least one call")
+        return cls(f"{names[-1]} " + "".join(blobs), tuple(names))
+
+
+#: What ``Brain.tool_calls`` accepts per item: a raw segment content, or a fused group.
+ToolCallSpec = str | Sequence[str] | ToolSegment
+
+
+def tool_segment(call: str | ToolSegment) -> ToolSegment:
+    return call if isinstance(call, ToolSegment) else ToolSegment.single(call)
 
 
 @dataclass
 class _Scripted:
     text: str | None = None
-    tool_calls: list[str] = field(default_factory=list)
+    tool_calls: list[str | ToolSegment] = field(default_factory=list)
     stall: float | None = None
     #: Indices into ``tool_calls`` where a new agent turn (``agent_start_speech`` with
     #: ``isNewTurn``) begins; set by :meth:`Brain.tool_spiral`.
@@ -35,12 +87,17 @@ class _Scripted:
 class Brain:
     """Scripted replies. Each ``reply``/``stall``/``tool_calls`` call scripts the next turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: StagingServer | None = None) -> None:
+        self._server = server
         self._script: deque[_Scripted] = deque()
         self.greeting = "Hello! I am the staging avatar. How can I help?"
         self.chunk_words = 4
         self.turns_started = 0
         self._active: _Scripted | None = None
+        #: Energy-based utterance detection on the uplink (None: off), see :meth:`listen`.
+        self.listening: ListenConfig | None = None
+        self._transcripts: deque[str] = deque()
+        self._heard = 0
         self._call_ids = itertools.count(1)
 
     def reply(self, text: str) -> None:
@@ -52,14 +109,36 @@ class Brain:
         self._script.append(_Scripted(stall=seconds))
 
     def tool_calls(
-        self, calls: list[str], then: str | None = None, *, wait_for_response: bool = False
+        self,
+        calls: Sequence[ToolCallSpec],
+        then: str | None = None,
+        *,
+        fused: bool = False,
+        wait_for_response: bool = False,
     ) -> None:
-        """The next turn emits these raw ``tool`` segment contents (fused ones allowed).
+        """The next turn calls tools, then says ``then`` (if given).
 
-        ``wait_for_response=True``: each carries a call id (``call-1``, ``call-2``...) that
-        the client acknowledges with ``respond_to_tool`` (``staging.tool_responses``)."""
+        Each item of ``calls`` is one ``tool`` segment: a raw content ``'name {json}'``
+        (followed by one ``tool_response`` named ``name``), or a list of such calls fused
+        into one segment as the service's brain does when it calls several tools at once
+        (every call's arguments back to back, named after the last tool only, then one
+        ``tool_response`` per call echoing every name in call order; PROTOCOL.md §3.6).
+        ``fused=True`` fuses the whole list into one segment. ``wait_for_response=True``:
+        each segment carries a call id (``call-1``, ``call-2``...) that the client
+        acknowledges with ``respond_to_tool`` (received in ``staging.tool_responses``).
+        """
+        if fused:
+            if not all(isinstance(call, str) for call in calls):
+                raise ValueError("fused=True takes a list of 'name {json}' strings")
+            calls = [[str(call) for call in calls]]
+        segments: list[str | ToolSegment] = []
+        for spec in calls:
+            if isinstance(spec, str | ToolSegment):
+                segments.append(spec)
+            else:
+                segments.append(ToolSegment.fused(list(spec)))
         self._script.append(
-            _Scripted(text=then, tool_calls=list(calls), wait_for_response=wait_for_response)
+            _Scripted(text=then, tool_calls=segments, wait_for_response=wait_for_response)
         )
 
     def tool_spiral(
@@ -81,11 +160,37 @@ class Brain:
         """
         count = max(0, int(count))
         groups = max(1, int(turn_boundaries) + 1)
-        calls = [
+        calls: list[str | ToolSegment] = [
             f"{name} " + json.dumps({"slide": 1 if identical else i + 1}) for i in range(count)
         ]
         splits = tuple(sorted({(count * k) // groups for k in range(1, groups)} - {0}))
         self._script.append(_Scripted(text=None, tool_calls=calls, turn_splits=splits))
+
+    def listen(
+        self,
+        transcripts: Sequence[str] = (),
+        *,
+        threshold: float = 0.02,
+        min_speech: float = 0.25,
+        silence: float = 0.6,
+    ) -> None:
+        """Treat real uplink audio as speech (:mod:`.vad`): a burst whose frames reach
+        ``threshold`` RMS for ``min_speech`` seconds is the user talking
+        (``userStartedTalking``, barging in on a talking avatar), and ``silence`` seconds
+        of quiet after it end the utterance, which becomes a voice turn (as
+        :meth:`voice_turn`) whose transcription is the next of ``transcripts`` (then
+        ``"utterance <n>"``)."""
+        self.listening = ListenConfig(float(threshold), float(min_speech), float(silence))
+        self._transcripts = deque(str(t) for t in transcripts)
+
+    def stop_listening(self) -> None:
+        """Uplink audio is ignored again (the default)."""
+        self.listening = None
+
+    def next_transcript(self) -> str:
+        """What the next detected utterance "said"."""
+        self._heard += 1
+        return self._transcripts.popleft() if self._transcripts else f"utterance {self._heard}"
 
     def clear(self) -> None:
         self._script.clear()
@@ -108,13 +213,17 @@ class Brain:
         turn_id: str,
         text: str,
         thread_id: str | None,
-        tool_calls: list[str] | None = None,
+        tool_calls: Sequence[str | ToolSegment] | None = None,
         turn_splits: tuple[int, ...] | None = None,
+        user_transcription: str | None = None,
     ) -> list[WireEvent]:
         """The ordered events of one spoken turn.
 
         ``turn_splits`` (indices into ``tool_calls``) start a new agent turn before those
         calls; by default they come from the plan whose ``tool_calls`` list this is.
+        ``user_transcription``: the turn answers a voice utterance, so it carries
+        ``agentTurnToTalk {userTranscription}`` and the TTS/state ``debug_*`` events where
+        the service sends them (PROTOCOL.md §3.9: after ``generatingSpeech``).
         """
         self.turns_started += 1
         active = self._active
@@ -122,6 +231,8 @@ class Brain:
         waits = bool(active is not None and same_plan and active.wait_for_response)
         if turn_splits is None:
             turn_splits = active.turn_splits if active is not None and same_plan else ()
+        voice = user_transcription is not None
+        hand_off = (In.AGENT_TURN_TO_TALK, {"userTranscription": user_transcription or ""})
         events: list[WireEvent] = [
             (In.AGENT_START_SPEECH, {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True}),
         ]
@@ -140,6 +251,8 @@ class Brain:
         if thread_id is not None:
             think["threadId"] = thread_id
         events.append(raw(think))
+        if voice and not text:
+            events.append(hand_off)  # nothing to generate: handed off before the tools
         for index, call in enumerate(tool_calls or ()):
             if index in turn_splits:
                 # A new agent turn in the middle of the spiral (e.g. an idle wake-up nudge).
@@ -151,15 +264,16 @@ class Brain:
                         {"speechId": speech_id, "turnId": turn_id, "isNewTurn": True},
                     )
                 )
-            segment: dict[str, Any] = {"type": "tool", "content": call}
+            segment = tool_segment(call)
+            tool: dict[str, Any] = {"type": "tool", "content": segment.content}
             if waits:
                 call_id = f"call-{next(self._call_ids)}"
-                segment["tool_metadata"] = {"id": call_id, "wait_for_response": True}
-            events.append(raw(segment))
-            name = call.split("{", 1)[0].strip() or "tool"
-            events.append(
-                raw({"type": "tool_response", "content": f"{name} responded with size 2"})
-            )
+                tool["tool_metadata"] = {"id": call_id, "wait_for_response": True}
+            events.append(raw(tool))
+            for name in segment.responses:
+                events.append(
+                    raw({"type": "tool_response", "content": f"{name} responded with size 2"})
+                )
         if text:
             words = text.split()
             chunks = [
@@ -170,6 +284,15 @@ class Brain:
                 content = chunk if i == 0 else " " + chunk
                 events.append(raw({"type": "avatar", "content": content}))
             events.append((In.GENERATING_SPEECH, {"text": text, "speechId": speech_id}))
+            if voice:
+                for chunk in chunks:
+                    events.append(
+                        (
+                            In.DEBUG_STV_TASK_GENERATED,
+                            {"text": chunk, "speechId": speech_id, "duration": 400},
+                        )
+                    )
+                events.append(hand_off)
             for chunk in chunks:
                 events.append(
                     (In.STV_SPEECH_CHUNK, {"text": chunk, "speechId": speech_id, "durationMs": 400})
@@ -180,7 +303,86 @@ class Brain:
         events.append((In.STV_FINISHED_GENERATING, {"speechId": speech_id}))
         if text:
             events.append((In.STV_FINISHED_TALKING, {"agentContent": text}))
+        if voice:
+            events.append(
+                (
+                    In.DEBUG_CONVERSATION_STATE_CHANGE,
+                    {"state": "Idle", "preparingAnswerState": "Idle"},
+                )
+            )
         return events
+
+    @staticmethod
+    def asr_events(text: str, speech_id: str, interim: int = 3) -> list[WireEvent]:
+        """What the service's speech recognition reports about one finalised utterance
+        before the answer (PROTOCOL.md §3.9 steps 1-3; all ``debug_*``, sent only to a
+        socket that asked for ``debugMode``): up to ``interim`` growing interim transcripts,
+        the final one, the state change to ``PreparingAudio``, and the LLM input."""
+        words = text.split()
+        cuts = sorted({max(1, (len(words) * k) // (interim + 1)) for k in range(1, interim + 1)})
+        events: list[WireEvent] = []
+        for n, cut in enumerate(c for c in cuts if c < len(words)):
+            events.append(
+                (
+                    In.DEBUG_VAD_SPEECH_DETECTED,
+                    {
+                        "transcript": " ".join(words[:cut]),
+                        "isFinal": False,
+                        "segmentType": "new",
+                        "isSpeechStartEvent": n == 0,
+                    },
+                )
+            )
+        events.append(
+            (
+                In.DEBUG_VAD_SPEECH_DETECTED,
+                {
+                    "transcript": text,
+                    "isFinal": True,
+                    "segmentType": "final",
+                    "isSpeechStartEvent": not events,
+                },
+            )
+        )
+        events.append(
+            (
+                In.DEBUG_CONVERSATION_STATE_CHANGE,
+                {"state": "PreparingAudio", "preparingAnswerState": "PreparingAnswer"},
+            )
+        )
+        events.append(
+            (
+                In.DEBUG_LLM_INPUT,
+                {
+                    "userInput": text,
+                    "finalSegment": text,
+                    "pendingSegment": "",
+                    "speechId": speech_id,
+                    "segmentType": "final",
+                    "isFinal": True,
+                },
+            )
+        )
+        return events
+
+    async def voice_turn(self, text: str, sid: str | None = None) -> int:
+        """The user SAYS ``text``: the server plays what the service emits when its speech
+        recognition finalises an utterance, in order (PROTOCOL.md §3.9), to every approved
+        client (or only ``sid``): ``userStartedTalking`` (barging in on a talking avatar
+        unless the running turn is uninterruptible), the ``debug_*`` ASR events, then the
+        answer turn (scripted like a typed one) with ``agentTurnToTalk {userTranscription}``
+        after its ``generatingSpeech``. Returns how many clients heard it."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("voice_turn needs a non-empty text")
+        server = self._server
+        if server is None:
+            raise RuntimeError("voice_turn needs the brain of a StagingServer")
+        heard = 0
+        for conv_sid, conv in list(server.conversations.items()):
+            if (sid is None or conv_sid == sid) and conv.approved and not conv.ended:
+                await conv.voice_turn(text.strip())
+                heard += 1
+        return heard
 
     @staticmethod
     def speech_id_for(trigger: str, payload: str = "") -> str:

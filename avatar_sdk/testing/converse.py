@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from aiohttp import web
 
 from ..transport.genie import CONVERSE_PATH
+from .brain import tool_segment
 
 if TYPE_CHECKING:
     from .server import StagingServer
@@ -151,9 +152,10 @@ class ConverseEndpoint:
         if plan.stall:
             await _sleep_unless_gone(request, plan.stall)
         for call in plan.tool_calls:
-            await send({"type": "tool", "content": call})
-            name = call.split("{", 1)[0].strip() or "tool"
-            await send({"type": "tool_response", "content": f"{name} responded with size 2"})
+            segment = tool_segment(call)  # a fused segment echoes every name, in call order
+            await send({"type": "tool", "content": segment.content})
+            for name in segment.responses:
+                await send({"type": "tool_response", "content": f"{name} responded with size 2"})
         text = plan.text or ""
         words = text.split()
         step = max(1, brain.chunk_words)

@@ -29,6 +29,7 @@ from typing import Any
 import socketio
 from socketio import packet as sio_packet
 
+from ..logs import warnings_only
 from .silence import SilencedConnection
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,9 @@ class RecoveringAsyncServer(socketio.AsyncServer):  # type: ignore[misc]
     def __init__(self, *, recovery_window: float = 20.0, **kwargs: Any) -> None:
         kwargs.setdefault("client_manager", _RecoveringManager())
         kwargs.setdefault("async_mode", "aiohttp")
+        # Not python-socketio's default (False): that configures the global loggers.
+        kwargs.setdefault("logger", warnings_only("socketio.server"))
+        kwargs.setdefault("engineio_logger", warnings_only("engineio.server"))
         super().__init__(**kwargs)
         self.recovery_window = recovery_window
         self.recovery_enabled = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from engineio import packet as eio_packet
+
 from ..wire.names import In
 
 if TYPE_CHECKING:
@@ -16,6 +18,37 @@ _MALFORMED: dict[str, Any] = {
     In.ASR_WEBRTC_ANSWER: {"answer": "not-an-object"},
 }
 
+#: Admission verdicts the service sends instead of an answer, with their payloads
+#: (PROTOCOL.md §3.1); the server disconnects the socket right after each.
+ADMISSION_EVENTS: dict[str, dict[str, Any]] = {
+    In.THROW_TO_NO_AGENT: {},
+    In.THROW_TO_EXCEEDED_TIER: {},
+    In.THROW_TO_BAD_REQUEST: {},
+    In.UNSUPPORTED_CLIENT: {"code": "USAGE_LIMIT_EXCEEDED"},
+    In.REMOVE_PEER: {},
+}
+#: Where a verdict can answer: ``"stv"`` (instead of the ``stvNewSession`` answer, after
+#: ``clientConfiguration`` and ``joinComplete``: what the service does, PROTOCOL.md §2 step 5
+#: and §4.7) or ``"join"`` (instead of ``clientConfiguration``: an older variant).
+ADMISSION_STEPS = ("stv", "join")
+
+
+def _step(step: str) -> str:
+    if step not in ADMISSION_STEPS:
+        raise ValueError(f"step must be one of {ADMISSION_STEPS}, got {step!r}")
+    return step
+
+
+class _RawFrame(eio_packet.Packet):  # type: ignore[misc]
+    """An Engine.IO "packet" whose encoding is exactly the text given: engineio's websocket
+    writer sends ``pkt.encode()`` as one text frame, so nothing re-encodes it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(eio_packet.MESSAGE, data=text)
+
+    def encode(self, b64: bool = False) -> str:
+        return str(self.data)
+
 
 class Faults:
     """Control-plane and media faults. Names follow CONTRACT.md; extra keyword options are
@@ -25,7 +58,15 @@ class Faults:
         self._server = server
         self.withheld: set[str] = set()
         self.capacity_full_until = 0.0
-        self.tier_exceeded_pending = False
+        self.capacity_step = "stv"
+        #: Queued admission verdicts: (event, step, payload), the oldest answers first.
+        self.admission: list[tuple[str, str, dict[str, Any]]] = []
+        #: ``availabilityResult``: the scripted answer (None: the real capacity), its delay.
+        self.availability_answer: bool | None = None
+        self.availability_details: dict[str, Any] | None = None
+        self.availability_delay = 0.0
+        #: Seconds the ``stvNewSession`` answer takes (the service creating an STV session).
+        self.stv_answer_delay = 0.0
         self.added_latency = 0.0
         self.injected: list[str] = []
         #: genie HTTP faults: statuses the next genie POSTs answer, delay before answering.
@@ -73,19 +114,75 @@ class Faults:
         self._server.sio.recovery_window = seconds
 
     # -- capacity and admission -------------------------------------------------------------
-    def capacity_full(self, seconds: float) -> None:
-        """Every join answers ``throwToNoAgent`` (and availability is false) for ``seconds``."""
+    def capacity_full(self, seconds: float, step: str = "stv") -> None:
+        """For ``seconds``: every admission answers ``throwToNoAgent`` (then the server drops
+        the socket) and ``availabilityResult`` says ``available: false``. ``step``: where the
+        verdict answers, ``"stv"`` (the service: after ``stvNewSession``) or ``"join"``."""
         self.injected.append("capacity_full")
+        self.capacity_step = _step(step)
         self.capacity_full_until = time.monotonic() + seconds
 
     @property
     def capacity_is_full(self) -> bool:
         return time.monotonic() < self.capacity_full_until
 
-    def tier_exceeded(self) -> None:
-        """The next join answers ``throwToExceededTier``."""
-        self.injected.append("tier_exceeded")
-        self.tier_exceeded_pending = True
+    def tier_exceeded(self, step: str = "stv") -> None:
+        """The next admission answers ``throwToExceededTier`` (then the server drops the
+        socket). ``step="stv"`` (default, what the service does): instead of the
+        ``stvNewSession`` answer; ``step="join"``: instead of ``clientConfiguration``."""
+        self.admission_error(In.THROW_TO_EXCEEDED_TIER, step=step)
+
+    def admission_error(
+        self,
+        event: str = In.THROW_TO_EXCEEDED_TIER,
+        step: str = "stv",
+        payload: dict[str, Any] | None = None,
+        times: int = 1,
+    ) -> None:
+        """The next ``times`` admissions answer ``event`` (``throwToNoAgent``,
+        ``throwToExceededTier``, ``throwToBadRequest``, ``unsupportedClient`` or
+        ``removePeer``) at ``step``, then the server drops the socket."""
+        if event not in ADMISSION_EVENTS:
+            raise ValueError(f"event must be one of {sorted(ADMISSION_EVENTS)}, got {event!r}")
+        body = dict(ADMISSION_EVENTS[event] if payload is None else payload)
+        self.injected.append(f"admission_error:{event}:{_step(step)}")
+        self.admission.extend([(event, step, body)] * max(0, int(times)))
+
+    def take_admission_error(self, step: str) -> tuple[str, dict[str, Any]] | None:
+        """The verdict answering an admission at ``step`` now, if any (a queued one is
+        consumed; a full capacity answers ``throwToNoAgent`` while it lasts)."""
+        for index, (event, at, payload) in enumerate(self.admission):
+            if at == step:
+                del self.admission[index]
+                return event, payload
+        if self.capacity_is_full and self.capacity_step == step:
+            return In.THROW_TO_NO_AGENT, {}
+        return None
+
+    @property
+    def tier_exceeded_pending(self) -> bool:
+        """A ``throwToExceededTier`` is queued."""
+        return any(event == In.THROW_TO_EXCEEDED_TIER for event, _, _ in self.admission)
+
+    def availability(
+        self,
+        available: bool | None = None,
+        delay: float = 0.0,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Every ``availabilityResult`` answers ``available`` (None: the real capacity)
+        ``delay`` seconds after its ``checkAvailability``; ``details`` replaces the
+        ``details`` object. A ``capacity_full`` still answers false."""
+        self.injected.append("availability")
+        self.availability_answer = None if available is None else bool(available)
+        self.availability_delay = max(0.0, float(delay))
+        self.availability_details = None if details is None else dict(details)
+
+    def stv_session_delay(self, seconds: float) -> None:
+        """The ``stvNewSession`` answer comes ``seconds`` late (the service creating an STV
+        session), so an ``availabilityResult`` can arrive before it, as in production."""
+        self.injected.append("stv_session_delay")
+        self.stv_answer_delay = max(0.0, float(seconds))
 
     def withhold(self, event_name: str) -> None:
         """Never send that event (any handshake event, or any other)."""
@@ -134,6 +231,31 @@ class Faults:
         bad = payload if payload is not None else _MALFORMED.get(event_name, "not-an-object")
         for conv in list(self._server.conversations.values()):
             await conv.emit(event_name, bad)
+
+    async def raw_frame(self, text: str) -> int:
+        """Write ``text`` verbatim as one websocket text frame to every client.
+
+        ``text`` is a whole Engine.IO frame, its type digit included: ``'42["x",{}]'`` is a
+        Socket.IO EVENT, ``'44{"message":"no"}'`` a CONNECT_ERROR. Nothing validates it, and
+        it is not kept for connection-state recovery (no offset). Returns how many clients
+        it was written to.
+        """
+        self.injected.append("raw_frame")
+        sent = 0
+        for socket in list(self._server.sio.eio.sockets.values()):
+            if socket.closed or socket.closing or not socket.upgraded:
+                continue
+            await socket.send(_RawFrame(text))
+            sent += 1
+        return sent
+
+    async def oversized(self, size: int, event_name: str = In.CONVERSATION_TIME_WARNING) -> None:
+        """Send ``event_name`` with a payload padded to about ``size`` bytes, through the
+        recovery buffer like any event (so a recovery replays it)."""
+        self.injected.append(f"oversized:{event_name}")
+        payload = {"remainingTime": 60, "pad": "x" * max(0, size)}
+        for conv in list(self._server.conversations.values()):
+            await conv.emit(event_name, payload)
 
     # -- media (real aiortc peers, see .media) ----------------------------------------------
     async def ice_failure(self, channel: str, mode: str = "close") -> int:
@@ -197,7 +319,11 @@ class Faults:
         """Back to healthy."""
         self.withheld.clear()
         self.capacity_full_until = 0.0
-        self.tier_exceeded_pending = False
+        self.admission.clear()
+        self.availability_answer = None
+        self.availability_details = None
+        self.availability_delay = 0.0
+        self.stv_answer_delay = 0.0
         self.added_latency = 0.0
         self.genie_statuses.clear()
         self.genie_answer_delay = 0.0

@@ -153,6 +153,12 @@ class StagingMedia:
         app.router.add_post(WHEP_PATH.rstrip("/"), self._whep_post)
         app.router.add_delete(WHEP_RESOURCE_PATH + "{resource_id}", self._whep_delete)
 
+    def on_uplink_frame(self, sid: str, rms: float, seconds: float) -> None:
+        """A decoded ASR frame of ``sid``: the conversation's utterance detector hears it."""
+        conv = self._server.conversations.get(sid)
+        if conv is not None:
+            conv.hear(rms, seconds)
+
     def register_stream(self, conv: Conversation, session_id: str) -> None:
         """``stvNewSession`` answered ``session_id``: WHEP viewers may now subscribe to it."""
         self.streams[session_id] = conv.sid

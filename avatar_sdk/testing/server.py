@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import socketio
 from aiohttp import web
@@ -28,10 +29,12 @@ from aiohttp import web
 from ..besteffort import best_effort
 from ..wire.names import In, Out
 from .brain import Brain
+from .control import control_routes
 from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
+from .vad import UtteranceDetector
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +49,45 @@ class ReceivedEvent:
     at: float = field(default_factory=time.monotonic)
 
 
+#: Triggers of agent turns a user turn cannot interrupt: the service ignores the barge-in
+#: marker and drops a typed or spoken turn that arrives during one (PROTOCOL.md §4.13).
+UNINTERRUPTIBLE_TRIGGERS = frozenset(
+    {"approved-permissions", "resume-replay", "wake-up", "hangup-message"}
+)
+
+
+@dataclass
+class TurnProgress:
+    """How far one agent turn got on the wire: whether it began, what the avatar said."""
+
+    started: bool = False
+    finished: bool = False
+    chunks: list[tuple[str, int]] = field(default_factory=list)
+    talking_since: float | None = None
+
+    def said(self, scale: float) -> str:
+        """The captions the avatar had started saying by now (``agentContent`` when cut)."""
+        if self.talking_since is None:
+            return ""
+        elapsed_ms = (time.monotonic() - self.talking_since) / max(scale, 1e-6) * 1000.0
+        said: list[str] = []
+        at = 0.0
+        for text, duration in self.chunks:
+            if at > elapsed_ms:
+                break
+            said.append(text)
+            at += duration
+        return " ".join(said)
+
+
 class Conversation:
     """Server-side state of one client session (one Socket.IO sid)."""
 
-    def __init__(self, server: StagingServer, sid: str) -> None:
+    def __init__(self, server: StagingServer, sid: str, *, debug_mode: bool = False) -> None:
         self.server = server
         self.sid = sid
+        #: The socket asked for ``debugMode``: the ``debug_*`` streams are sent to it.
+        self.debug_mode = debug_mode
         self.thread_id: str | None = None
         self.thread_announced = False
         self.room: str | None = None
@@ -62,11 +98,20 @@ class Conversation:
         self.speaking = False
         self.current_speech: str | None = None
         self.turn_task: asyncio.Task[None] | None = None
+        self.turn_progress: TurnProgress | None = None
+        #: The running agent turn cannot be interrupted (the opening greeting).
+        self.uninterruptible = False
+        self._closing: asyncio.Task[None] | None = None
         self.turn_counter = itertools.count(1)
+        #: User turns the server took (typed and spoken), in order; ``voice_turns``: spoken.
         self.user_turns: list[str] = []
+        self.voice_turns: list[str] = []
+        #: User turns the server dropped (a restarting agent, an uninterruptible turn).
         self.dropped_turns: list[str] = []
         self.agent_down = False
         self._restart: asyncio.TimerHandle | None = None
+        self._detector: UtteranceDetector | None = None
+        self._listening: set[asyncio.Task[None]] = set()
         self.ended = False
 
     async def emit(self, event: str, payload: Any) -> None:
@@ -74,25 +119,82 @@ class Conversation:
         faults = self.server.faults
         if event in faults.withheld or self.ended:
             return
+        if event.startswith("debug_") and not self.debug_mode:
+            return
         if faults.added_latency:
             await asyncio.sleep(faults.added_latency)
         self.server.emitted[event] += 1
         await self.server.sio.emit_recoverable(self.sid, event, payload)
 
-    def start_turn(self, trigger: str, user_text: str) -> None:
-        self.cancel_turn()
-        self.turn_task = asyncio.ensure_future(self._run_turn(trigger, user_text))
+    def start_turn(
+        self,
+        trigger: str,
+        user_text: str,
+        *,
+        speech_id: str | None = None,
+        transcription: str | None = None,
+    ) -> None:
+        """Start an agent turn; one still running is cut short first, with its closing
+        events (the new turn says nothing before they are out)."""
+        self._cut_turn()
+        self.uninterruptible = trigger in UNINTERRUPTIBLE_TRIGGERS
+        self.turn_progress = progress = TurnProgress()
+        self.turn_task = asyncio.ensure_future(
+            self._run_turn(trigger, user_text, progress, speech_id, transcription)
+        )
 
     def cancel_turn(self) -> None:
+        """Stop the running turn silently (the agent process is gone, or the session is)."""
         if self.turn_task is not None and not self.turn_task.done():
             self.turn_task.cancel()
         self.turn_task = None
+        self.turn_progress = None
+        self.uninterruptible = False
 
-    async def _run_turn(self, trigger: str, user_text: str) -> None:
+    def _cut_turn(self) -> asyncio.Task[None] | None:
+        """Stop the running turn; a turn the client saw begin gets its closing events
+        (``agentInterrupted``, then ``stvFinishedTalking`` with what was said) from the
+        returned task. A client never sees a turn end without them."""
+        task, progress = self.turn_task, self.turn_progress
+        self.turn_task = self.turn_progress = None
+        self.uninterruptible = False
+        if task is None or task.done() or progress is None:
+            return self._closing
+        task.cancel()
+        self._closing = asyncio.ensure_future(self._close_cut(task, progress, self._closing))
+        return self._closing
+
+    async def _close_cut(
+        self,
+        task: asyncio.Task[None],
+        progress: TurnProgress,
+        before: asyncio.Task[None] | None,
+    ) -> None:
+        for earlier in (before, task):
+            if earlier is not None and not earlier.done():
+                await asyncio.wait({earlier})  # never cancels it
+        self.speaking = False
+        if progress.started and not progress.finished:
+            progress.finished = True
+            said = progress.said(self.server.speech_time_scale)
+            await self.emit(In.AGENT_INTERRUPTED, {})
+            await self.emit(In.STV_FINISHED_TALKING, {"agentContent": said})
+
+    async def _run_turn(
+        self,
+        trigger: str,
+        user_text: str,
+        progress: TurnProgress,
+        speech_id: str | None = None,
+        transcription: str | None = None,
+    ) -> None:
+        closing = self._closing
+        if closing is not None and not closing.done():
+            await asyncio.wait({closing})  # the cut turn's closing events go out first
         brain = self.server.brain
         plan = brain.next_plan(user_text) if trigger == "transcript" else None
         text = brain.greeting if plan is None else (plan.text or "")
-        speech_id = brain.speech_id_for(trigger, user_text)
+        speech_id = speech_id or brain.speech_id_for(trigger, user_text)
         self.current_speech = speech_id
         turn_id = f"turn-{next(self.turn_counter)}"
         thread = None if self.thread_announced else self.thread_id
@@ -102,21 +204,35 @@ class Conversation:
             text=text,
             thread_id=thread,
             tool_calls=plan.tool_calls if plan else None,
+            user_transcription=transcription,
         )
         if plan is not None and plan.stall:
             await asyncio.sleep(plan.stall)
+        # The event after which the client may talk again: the end of speech, or of
+        # generation for a turn that says nothing.
+        last = In.STV_FINISHED_TALKING if text else In.STV_FINISHED_GENERATING
         try:
             for event, payload in events:
                 if event == In.STV_STARTED_TALKING:
                     self.speaking = True
+                elif event == In.STV_SPEECH_CHUNK:
+                    progress.chunks.append((payload["text"], int(payload["durationMs"])))
                 elif event == In.STV_FINISHED_TALKING:
                     # The avatar talks for as long as its captions last (scaled for tests).
-                    spoken = sum(
-                        p.get("durationMs", 0) for e, p in events if e == In.STV_SPEECH_CHUNK
-                    )
+                    spoken = sum(duration for _, duration in progress.chunks)
                     await asyncio.sleep(spoken / 1000.0 * self.server.speech_time_scale)
                     self.speaking = False
+                if event == last:
+                    # Interruptible again before the client hears the end, so a turn it
+                    # held until then is never dropped.
+                    progress.finished = True
+                    if self.turn_progress is progress:
+                        self.uninterruptible = False
                 await self.emit(event, payload)
+                if event == In.AGENT_START_SPEECH:
+                    progress.started = True
+                elif event == In.STV_STARTED_TALKING:
+                    progress.talking_since = time.monotonic()
                 if thread is not None and event == In.AGENT_RAW_TEXT:
                     # Announced once it was really sent: a turn cut short by a barge-in
                     # before its first segment leaves the next turn to carry the thread.
@@ -126,14 +242,64 @@ class Conversation:
         except asyncio.CancelledError:
             self.speaking = False
             raise
+        finally:
+            if self.turn_progress is progress:
+                self.uninterruptible = False
+
+    def hear(self, rms: float, seconds: float) -> None:
+        """One decoded uplink frame, for the utterance detector (``brain.listen``)."""
+        brain = self.server.brain
+        config = brain.listening
+        if config is None or self.ended or not self.approved:
+            self._detector = None
+            return
+        if self._detector is None or self._detector.config is not config:
+            self._detector = UtteranceDetector(config)
+        verdict = self._detector.feed(rms, seconds)
+        if verdict is None:
+            return
+        work = self.user_onset() if verdict == "onset" else self._heard(brain.next_transcript())
+        task = asyncio.ensure_future(work)
+        self._listening.add(task)
+        task.add_done_callback(self._listening.discard)
+
+    async def _heard(self, text: str) -> None:
+        await self.voice_turn(text, onset=False)
+
+    async def user_onset(self) -> None:
+        """The server's VAD hears the user start talking: ``userStartedTalking``, and a
+        talking avatar is interrupted (unless its turn is uninterruptible)."""
+        await self.emit(In.USER_STARTED_TALKING, {})
+        await self.barge_in()
 
     async def barge_in(self) -> None:
-        was_speaking = self.speaking or (self.turn_task is not None and not self.turn_task.done())
-        self.cancel_turn()
-        if was_speaking:
-            self.speaking = False
-            await self.emit(In.AGENT_INTERRUPTED, {})
-            await self.emit(In.STV_FINISHED_TALKING, {"agentContent": ""})
+        """The barge-in marker: a turn in progress is cut short with its closing events,
+        unless it is uninterruptible (then the marker is ignored)."""
+        if self.uninterruptible:
+            return
+        closing = self._cut_turn()
+        if closing is not None and not closing.done():
+            await asyncio.wait({closing})
+
+    async def voice_turn(self, text: str, *, onset: bool = True) -> bool:
+        """The service's speech recognition finalised the utterance ``text`` (see
+        :meth:`Brain.voice_turn`); ``onset=False``: its VAD onset was already played. False
+        if the server dropped it."""
+        brain = self.server.brain
+        spacing = self.server.event_spacing
+        if onset:
+            await self.user_onset()
+        if self.uninterruptible or self.agent_down:
+            self.dropped_turns.append(text)
+            return False
+        speech_id = brain.speech_id_for("transcript", text)
+        for event, payload in brain.asr_events(text, speech_id):
+            await self.emit(event, payload)
+            await asyncio.sleep(spacing)
+        self.user_turns.append(text)
+        self.voice_turns.append(text)
+        self.start_turn("transcript", text, speech_id=speech_id, transcription=text)
+        return True
 
     def schedule_agent_restart(self, delay: float) -> None:
         """The agent comes back after ``delay`` and says so with ``showAgent``."""
@@ -146,9 +312,18 @@ class Conversation:
 
         self._restart = asyncio.get_running_loop().call_later(delay, back)
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The turn tasks still to be awaited (the running turn, a cut turn's closing)."""
+        return [t for t in (self.turn_task, self._closing, *self._listening) if t is not None]
+
     def close(self) -> None:
         self.ended = True
         self.cancel_turn()
+        if self._closing is not None and not self._closing.done():
+            self._closing.cancel()
+        for task in self._listening:
+            task.cancel()
         if self._restart is not None:
             self._restart.cancel()
 
@@ -167,12 +342,20 @@ class StagingServer:
         speech_time_scale: float = 0.25,
         audio_only: bool = False,
         ssl_context: ssl.SSLContext | None = None,
+        advertise_host: str | None = None,
+        control_api: bool = False,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
         (``url``, ``genie_url`` and the WHEP URLs become https; see
-        :class:`avatar_sdk.testing.tls.TestCA` for a private CA)."""
+        :class:`avatar_sdk.testing.tls.TestCA` for a private CA). ``advertise_host``: the
+        host name put in the URLs handed to clients (``webrtc_url``, ``finalUrl``,
+        ``public_url``) instead of ``host``, for clients that refuse a loopback or private
+        media host, or reach the server under another name. ``control_api=True``: serve the
+        HTTP control API (:mod:`.control`) for clients in other languages."""
         self.host = host
+        self.advertise_host = advertise_host
+        self.control_api = control_api
         self.ssl_context = ssl_context
         self.port = port
         self.token = token or "stg-" + secrets.token_urlsafe(24)
@@ -186,7 +369,7 @@ class StagingServer:
             ping_interval=25,
             ping_timeout=20,
         )
-        self.brain = Brain()
+        self.brain = Brain(self)
         self.faults = Faults(self)
         self.media = StagingMedia(self)
         self.conversations: dict[str, Conversation] = {}
@@ -215,6 +398,8 @@ class StagingServer:
         app.router.add_get("/healthz", self._healthz)
         self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
+        if self.control_api:
+            control_routes(self)(app)
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -231,7 +416,7 @@ class StagingServer:
         self.sio.release_blackholes()
         for conv in self.conversations.values():
             conv.close()
-        tasks = [c.turn_task for c in self.conversations.values() if c.turn_task is not None]
+        tasks = [t for c in self.conversations.values() for t in c.tasks]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self.media.stop()
@@ -251,6 +436,11 @@ class StagingServer:
     @property
     def url(self) -> str:
         return f"{self._scheme}://{self.host}:{self.port}"
+
+    @property
+    def public_url(self) -> str:
+        """The base URL handed to clients: ``url`` under ``advertise_host``, if set."""
+        return f"{self._scheme}://{self.advertise_host or self.host}:{self.port}"
 
     @property
     def genie_url(self) -> str:
@@ -284,7 +474,9 @@ class StagingServer:
             # What the real backend's auth middleware does: a CONNECT_ERROR, never a session.
             raise socketio.exceptions.ConnectionRefusedError("invalid token")
         self.connections += 1
-        self.conversations[sid] = Conversation(self, sid)
+        query = parse_qs(environ.get("QUERY_STRING", "") if isinstance(environ, dict) else "")
+        debug = query.get("debugMode", ["false"])[-1].lower() == "true"
+        self.conversations[sid] = Conversation(self, sid, debug_mode=debug)
         return True
 
     async def _on_connected(self, sid: str) -> None:
@@ -292,7 +484,11 @@ class StagingServer:
         if conv is not None:
             await conv.emit(
                 In.ON_SERVER_CONNECTED,
-                {"finalUrl": self.url, "agentName": "Staging Avatar", "hostName": "staging-pod-1"},
+                {
+                    "finalUrl": self.public_url,
+                    "agentName": "Staging Avatar",
+                    "hostName": "staging-pod-1",
+                },
             )
 
     async def _on_disconnect(self, sid: str, reason: Any = None) -> None:
@@ -343,15 +539,8 @@ class StagingServer:
             return  # the real CM accepts the socket but never answers such a join
         if conv.joined:
             return  # a re-join on a live socket is silently ignored by the real server
-        if self.faults.tier_exceeded_pending:
-            self.faults.tier_exceeded_pending = False
-            await conv.emit(In.THROW_TO_EXCEEDED_TIER, {})
-            await self.sio.disconnect(conv.sid)
-            return
-        if self.faults.capacity_is_full:
-            await conv.emit(In.THROW_TO_NO_AGENT, {})
-            await self.sio.disconnect(conv.sid)
-            return
+        if await self._refuse_admission(conv, "join"):
+            return  # the older join-time variant of the verdicts (faults step="join")
         thread = kaltura.get("threadId")
         conv.thread_id = thread if isinstance(thread, str) and thread else self._new_thread_id()
         conv.room = str(data.get("channel") or data.get("room") or "")
@@ -373,9 +562,28 @@ class StagingServer:
     def _new_thread_id(self) -> str:
         return f"thr-{next(self._thread_ids):04d}-{secrets.token_hex(4)}"
 
+    async def _refuse_admission(self, conv: Conversation, step: str) -> bool:
+        """Answer an admission verdict scripted for ``step``, then drop the socket as the
+        service does (PROTOCOL.md §3.1); False when admitted."""
+        verdict = self.faults.take_admission_error(step)
+        if verdict is None:
+            return False
+        event, payload = verdict
+        await conv.emit(event, payload)
+        await self.sio.disconnect(conv.sid)
+        return True
+
     async def _stv_new_session(self, conv: Conversation, data: dict[str, Any]) -> None:
         if not conv.joined:
             return
+        # The service decides admission (capacity, tier) here, after the join was answered
+        # (PROTOCOL.md §2 step 5, §4.7), then takes a while to create the STV session.
+        if await self._refuse_admission(conv, "stv"):
+            return
+        if self.faults.stv_answer_delay:
+            await asyncio.sleep(self.faults.stv_answer_delay)
+            if conv.ended:
+                return
         payload = self.stv_session_payload(conv)
         session_id = payload.get("session_id")
         if isinstance(session_id, str) and session_id:
@@ -393,25 +601,25 @@ class StagingServer:
         return {
             "session_id": session_id,
             "status": "session started",
-            "webrtc_url": f"{self.url}/rtc/v1/whep/?app=app&stream={session_id}",
+            "webrtc_url": f"{self.public_url}/rtc/v1/whep/?app=app&stream={session_id}",
         }
 
     async def _check_availability(self, conv: Conversation, data: dict[str, Any]) -> None:
-        available = not self.faults.capacity_is_full
-        active = len(self.live_sids)
-        await conv.emit(
-            In.AVAILABILITY_RESULT,
-            {
-                "available": available,
-                "details": {
-                    "stvAvailable": available,
-                    "whisperAvailable": True,
-                    "activeCalls": active,
-                    "maxCalls": 12,
-                    "capacityAvailable": available,
-                },
-            },
-        )
+        faults = self.faults
+        if faults.availability_delay:
+            await asyncio.sleep(faults.availability_delay)
+        available = not faults.capacity_is_full
+        if faults.availability_answer is not None:
+            available = available and faults.availability_answer
+        details: dict[str, Any] = {
+            "stvAvailable": available,
+            "whisperAvailable": True,
+            "activeCalls": len(self.live_sids),
+            "maxCalls": 12,
+            "capacityAvailable": available,
+        }
+        details.update(faults.availability_details or {})
+        await conv.emit(In.AVAILABILITY_RESULT, {"available": available, "details": details})
 
     async def _approved(self, conv: Conversation, data: dict[str, Any]) -> None:
         if conv.approved or not conv.joined:
@@ -429,6 +637,11 @@ class StagingServer:
         if data.get("isFinal") is True and isinstance(text, str) and text.strip():
             if conv.agent_down:
                 conv.dropped_turns.append(text)  # nobody is there to answer it
+                return
+            if conv.uninterruptible:
+                # The service drops a typed turn sent during an uninterruptible turn (the
+                # opening greeting): a client holds it until that turn's closing events.
+                conv.dropped_turns.append(text)
                 return
             conv.user_turns.append(text)
             conv.start_turn("transcript", text)

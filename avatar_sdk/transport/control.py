@@ -1,8 +1,8 @@
 """ControlChannel: the Socket.IO control plane, one instance per server session attempt.
 
-It reports facts (an inbound event, a disconnect with its reason, a recovered reconnect) and
-never decides what happens next: python-socketio's own reconnection is off, and reconnects
-happen only when the session machine calls :meth:`reconnect`.
+It reports facts (an inbound event, a frame it refused, a disconnect with its reason, a
+recovered reconnect) and never decides what happens next: python-socketio's own reconnection
+is off, and reconnects happen only when the session machine calls :meth:`reconnect`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,15 @@ import aiohttp
 import socketio
 
 from ..besteffort import best_effort
+from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
 from ..redact import register_secret
-from .csr import RecoveringAsyncClient, is_recoverable
+from .csr import (
+    ProtocolErrorSink,
+    RecoveringAsyncClient,
+    guarded_websocket,
+    is_recoverable,
+)
 from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)
@@ -53,12 +59,17 @@ class ControlChannel:
         partner_id: str | None,
         on_event: EventSink,
         on_disconnect: DisconnectSink,
+        on_protocol_error: ProtocolErrorSink,
+        max_message_size: int = MAX_MESSAGE_SIZE,
         level: str = "published",
         debug_mode: bool = True,
         counters: dict[str, Any] | None = None,
         ssl_context: ssl.SSLContext | None = None,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``on_protocol_error(event, detail, name_only)``: a frame the socket refused (see
+        :data:`~avatar_sdk.transport.csr.ProtocolErrorSink`). ``max_message_size``: bytes;
+        a bigger message is refused by the websocket and ends the transport."""
         register_secret(token)
         #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
         self._now = now
@@ -75,6 +86,8 @@ class ControlChannel:
         }
         self._on_event = on_event
         self._on_disconnect = on_disconnect
+        self._on_protocol_error = on_protocol_error
+        self._max_message_size = max_message_size
         self._http: aiohttp.ClientSession | None = None
         self._client: RecoveringAsyncClient | None = None
         self._emit_lock = asyncio.Lock()
@@ -124,8 +137,15 @@ class ControlChannel:
         if self._closed:
             raise AvatarError(ErrorCode.CLOSED, "control channel closed")
         if self._http is None:
-            self._http = aiohttp.ClientSession(connector=connector(self._ssl))
-        client = RecoveringAsyncClient(http_session=self._http, logger=False, engineio_logger=False)
+            self._http = aiohttp.ClientSession(
+                connector=connector(self._ssl),
+                ws_response_class=guarded_websocket(self._frame_refused),
+            )
+        client = RecoveringAsyncClient(
+            http_session=self._http,
+            on_protocol_error=self._handle_protocol_error,
+            max_message_size=self._max_message_size,
+        )
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
         self._client = client
@@ -224,6 +244,16 @@ class ControlChannel:
         self.counters["events_in"] += 1
         self.last_activity = self._now()
         self._on_event(event, list(args))
+
+    def _frame_refused(self, event: str, detail: str) -> None:
+        """A text frame Engine.IO could not decode (skipped by the websocket)."""
+        self._handle_protocol_error(event, detail, False)
+
+    def _handle_protocol_error(self, event: str, detail: str, name_only: bool) -> None:
+        if self._closed:
+            return
+        self.last_activity = self._now()
+        self._on_protocol_error(event, detail, name_only)
 
     async def _handle_disconnect(self, *_: Any) -> None:
         client = self._client

@@ -21,6 +21,16 @@ The extension points, and why each is needed:
 * ``_handle_disconnect`` / ``_handle_eio_disconnect``: report the disconnect reason in the
   Socket.IO vocabulary (``transport close``, ``io server disconnect``...) that decides
   whether the session is recoverable.
+* ``_handle_eio_message``: decode and check every frame before dispatching it, so a frame
+  the decoder refuses (or one of the wrong shape) becomes a reported protocol error instead
+  of an exception in a task nobody awaits (python-socketio decodes inside a fire-and-forget
+  task per message: ``Integer is too large``, bad JSON, deep nesting, unknown packet types).
+* ``_handle_error``: a CONNECT_ERROR for the namespace that is already connected drops the
+  transport with reason ``io server refused`` (stock python-socketio silently marks the
+  client disconnected and leaves the Engine.IO connection open, reporting nothing).
+
+Below Socket.IO, :class:`GuardedWebSocket` (an aiohttp websocket response class) skips text
+frames Engine.IO cannot decode (reporting them) and remembers a message refused for its size.
 
 These are private methods: python-socketio is pinned to 5.18.x, and an interop test against
 the real Node ``socket.io`` server guards the behaviour.
@@ -31,16 +41,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar, Final
 
 import aiohttp
 import engineio
 import socketio
+from engineio import packet as eio_packet
 from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
+from ..logs import warnings_only
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +72,168 @@ FORCED_CLOSE = "forced close"
 IO_SERVER_DISCONNECT = "io server disconnect"
 IO_CLIENT_DISCONNECT = "io client disconnect"
 
+#: The server answered CONNECT_ERROR for the namespace this client is connected to. Not in
+#: Socket.IO's vocabulary (a JS client would destroy the socket): the transport is dropped and
+#: the session machine treats it as a loss worth one socket-tier recovery, whose own CONNECT
+#: answer then tells a glitch (recovered) from a refusal (``auth_failed``) or a lost session.
+IO_SERVER_REFUSED = "io server refused"
+#: A message over ``max_message_size`` killed the transport (websocket close code 1009).
+#: Connection-state recovery would replay that same message: the session rebuilds instead.
+MESSAGE_TOO_BIG = "message too big"
+
 #: Reasons after which the server keeps the session for recovery.
 RECOVERABLE_REASONS = frozenset({TRANSPORT_CLOSE, TRANSPORT_ERROR, PING_TIMEOUT, FORCED_CLOSE})
 
+#: The event name a protocol error carries when the frame's event name cannot be read.
+UNKNOWN_EVENT = "<unknown>"
+#: ... and when the frame names its event with something that is not a string.
+NON_STRING_EVENT = "<non-string event>"
+
 AuthProvider = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
+#: Where a client reports a frame it refused: ``(event, detail, name_only)``. ``event`` is
+#: the event's name when it could be read (else :data:`UNKNOWN_EVENT`); ``name_only`` is
+#: True when an EVENT of that name arrived on ``/`` but its payload could not be decoded.
+ProtocolErrorSink = Callable[[str, str, bool], None]
+
+#: Longest piece of a decoder's message quoted in a detail (it may echo payload text).
+_DETAIL_QUOTE: Final = 80
+#: Socket.IO EVENT text (no namespace): type 2, optional ack id, then the name.
+_EVENT_HEAD: Final = re.compile(r'2(\d*)\[\s*"([^"\\]{1,100})"')
+#: A connection-state-recovery offset as the last argument (Node: yeast ids; staging: ints).
+_EVENT_TAIL: Final = re.compile(r',\s*"([\w.~-]{1,64})"\s*\]\s*$')
+#: aiohttp's description of a frame refused for its size.
+_SIZE: Final = re.compile(r"Message size (\d+)")
 
 
 def is_recoverable(reason: str) -> bool:
     """Whether a disconnect reason leaves a session the server can restore."""
     return reason in RECOVERABLE_REASONS
+
+
+def sniff_event(text: str) -> tuple[str | None, str | None]:
+    """The event name and CSR offset of a Socket.IO EVENT the decoder refused, if readable.
+
+    A cheap look at the raw text (``2["name",...,"offset"]``): the name, so the protocol
+    error can say which event was lost; the offset only when the frame carries no ack id
+    (the server appends offsets to those alone), so a replay does not report it twice.
+    """
+    head = _EVENT_HEAD.match(text)
+    if head is None:
+        return None, None
+    tail = None if head.group(1) else _EVENT_TAIL.search(text[-100:])
+    return head.group(2), tail.group(1) if tail is not None else None
+
+
+def malformed(pkt: Any) -> tuple[str, str] | None:
+    """``(event, detail)`` if a decoded Socket.IO packet cannot be dispatched, else None.
+
+    python-socketio indexes and hashes what it is given (``data[0]`` as a handler key), so
+    anything but the shapes the protocol defines would raise inside its dispatch.
+    """
+    kind = pkt.packet_type
+    if not isinstance(kind, int) or isinstance(kind, bool) or not 0 <= kind <= 6:
+        shown = kind if isinstance(kind, int) else type(kind).__name__
+        return UNKNOWN_EVENT, f"unknown Socket.IO packet type {shown}"
+    data = pkt.data
+    name = UNKNOWN_EVENT
+    if kind in (sio_packet.EVENT, sio_packet.BINARY_EVENT):
+        if not isinstance(data, list):
+            return UNKNOWN_EVENT, f"event payload must be a list, got {type(data).__name__}"
+        if not data:
+            return UNKNOWN_EVENT, "event without a name"
+        if not isinstance(data[0], str):
+            return NON_STRING_EVENT, f"event name is a {type(data[0]).__name__}"
+        name = data[0]
+    elif kind in (sio_packet.ACK, sio_packet.BINARY_ACK) and not isinstance(data, list):
+        return UNKNOWN_EVENT, f"ack payload must be a list, got {type(data).__name__}"
+    if pkt.namespace not in (None, "/"):
+        label = sio_packet.packet_names[kind]
+        return name, f"{label} for namespace {str(pkt.namespace)[:40]!r}, never joined"
+    if kind in (sio_packet.BINARY_EVENT, sio_packet.BINARY_ACK) and not pkt.attachment_count:
+        return name, "binary packet without attachments"
+    return None
+
+
+def engineio_problem(text: str) -> str | None:
+    """Why Engine.IO could not take this text frame, or None (it can)."""
+    if len(text) > 1 and text[0] == "4" and text[1].isdigit():
+        return None  # a Socket.IO packet: Engine.IO keeps it as text, no decoding
+    if not text:
+        return "empty Engine.IO frame"
+    try:
+        pkt = eio_packet.Packet(encoded_packet=text)
+    except Exception as exc:  # ValueError, binascii.Error, RecursionError (deep nesting)
+        return f"undecodable Engine.IO frame ({type(exc).__name__})"
+    if not 0 <= pkt.packet_type <= 6:
+        return f"unknown Engine.IO packet type {pkt.packet_type}"
+    if pkt.packet_type in (eio_packet.PONG, eio_packet.UPGRADE):
+        # Only a client sends these (Engine.IO v4, websocket only): engineio would log and drop.
+        return f"{eio_packet.packet_names[pkt.packet_type]} packet from the server"
+    return None
+
+
+class GuardedWebSocket(aiohttp.ClientWebSocketResponse):
+    """The control socket's websocket (aiohttp's ``ws_response_class``).
+
+    python-engineio's read loop ends the connection on a text frame it cannot decode (a
+    hostile peer could cut the transport at will, and nothing would say why): such frames
+    are reported and skipped here. A message refused for its size is remembered
+    (:attr:`oversized`, its size in bytes) for the disconnect that follows, since engineio
+    only logs it. Make a subclass per client with :func:`guarded_websocket`.
+    """
+
+    #: Where skipped frames are reported: ``(event, detail)``.
+    sink: ClassVar[Callable[[str, str], None] | None] = None
+    #: Size of the message refused for ``max_msg_size`` (0 when aiohttp did not say), if any.
+    oversized: int | None = None
+    _opened: bool = False
+
+    async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage:
+        while True:
+            msg = await super().receive(timeout)
+            if msg.type is aiohttp.WSMsgType.ERROR:
+                error = msg.data
+                if (
+                    isinstance(error, aiohttp.WebSocketError)
+                    and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+                ):
+                    size = _SIZE.search(str(error))
+                    self.oversized = int(size.group(1)) if size is not None else 0
+                return msg
+            if msg.type is aiohttp.WSMsgType.TEXT:
+                problem = engineio_problem(msg.data)
+                if problem is None and msg.data[:1] == "0":
+                    # The handshake's OPEN is the first frame; engineio drops any later one.
+                    problem = "OPEN packet after the handshake" if self._opened else None
+                    self._opened = True
+                if problem is not None:
+                    sink = type(self).sink
+                    if sink is not None:
+                        with best_effort("report of a refused frame", log):
+                            sink(UNKNOWN_EVENT, problem)
+                    continue
+            return msg
+
+
+def guarded_websocket(sink: Callable[[str, str], None]) -> type[GuardedWebSocket]:
+    """A :class:`GuardedWebSocket` class reporting to ``sink`` (pass it to
+    ``aiohttp.ClientSession(ws_response_class=...)``)."""
+
+    class _Guarded(GuardedWebSocket):
+        pass
+
+    _Guarded.sink = staticmethod(sink)
+    return _Guarded
+
+
+def _quote(exc: BaseException) -> str:
+    text = str(exc)
+    text = text if len(text) <= _DETAIL_QUOTE else text[: _DETAIL_QUOTE - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _log_sink(event: str, detail: str, name_only: bool) -> None:
+    log.warning("refused frame (%s): %s", event, detail)
 
 
 class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
@@ -78,10 +244,32 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
     ``disconnect_reason`` (why the last connection ended, Socket.IO vocabulary).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    #: python-socketio's BINARY_EVENT/BINARY_ACK waiting for its attachments.
+    _binary_packet: Any
+
+    def __init__(
+        self,
+        *,
+        on_protocol_error: ProtocolErrorSink | None = None,
+        max_message_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``on_protocol_error``: where refused frames are reported (default: logged).
+        ``max_message_size``: bytes; bigger websocket messages are refused (aiohttp's
+        ``max_msg_size``, passed through engineio's ``websocket_extra_options``)."""
         kwargs.setdefault("reconnection", False)  # the session machine decides, not the library
+        # python-socketio's default (False) installs a handler and a level on the global
+        # logger; a warnings-only logger object leaves the user's logging config alone.
+        kwargs.setdefault("logger", warnings_only("socketio.client"))
+        kwargs.setdefault("engineio_logger", warnings_only("engineio.client"))
         kwargs.setdefault("handle_sigint", False)
+        if max_message_size is not None:
+            options = dict(kwargs.get("websocket_extra_options") or {})
+            options["max_msg_size"] = max_message_size
+            kwargs["websocket_extra_options"] = options
         super().__init__(**kwargs)
+        self.on_protocol_error: ProtocolErrorSink = on_protocol_error or _log_sink
+        self.max_message_size = max_message_size
         self.pid: str | None = None
         self.offset: str | None = None
         self.recovered = False
@@ -90,7 +278,9 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         self.replayed = 0
         self._sent_pid: str | None = None
         self._user_auth: Any = None
-        self._pre_connect: list[tuple[Any, list[Any], str | None]] = []
+        #: What the server replayed before its CONNECT reply, in order (events to deliver,
+        #: refused frames to report), run once the namespace is connected.
+        self._pre_connect: list[Callable[[], Awaitable[None]]] = []
         self._closing = False
         self.last_receive = 0.0
         #: Bumped by every connect(): what an abort captured belongs to an older generation.
@@ -230,12 +420,92 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             await self._close_http(http)
 
     # -- incoming ---------------------------------------------------------------------------
+    def _refuse(self, event: str, detail: str, name_only: bool = False) -> None:
+        with best_effort("report of a refused frame", log):
+            self.on_protocol_error(event, detail, name_only)
+
     async def _handle_eio_message(self, data: Any) -> None:
+        # Replaces python-socketio's: decode and check first, then dispatch (same routing).
+        # Nothing may escape: this runs in a task nobody awaits.
         self.last_receive = time.monotonic()
-        await super()._handle_eio_message(data)
+        pending = self._binary_packet
+        if pending is not None:
+            if isinstance(data, bytes | bytearray):
+                await self._attach(pending, bytes(data))
+                return
+            # Attachments come as binary frames: a text frame now means the header lied.
+            self._binary_packet = None
+            self._refuse(_packet_name(pending), "binary packet whose attachments never came")
+        if not isinstance(data, str):
+            self._refuse(UNKNOWN_EVENT, f"not a Socket.IO packet ({type(data).__name__})")
+            return
+        try:
+            pkt = self.packet_class(encoded_packet=data)
+        except Exception as exc:  # ValueError (JSON, >100-digit ints, ids), RecursionError
+            await self._undecodable(data, exc)
+            return
+        problem = malformed(pkt)
+        if problem is not None:
+            self._refuse(*problem)
+            return
+        if pkt.packet_type in (sio_packet.BINARY_EVENT, sio_packet.BINARY_ACK):
+            self._binary_packet = pkt
+            return
+        await self._dispatch(pkt)
+
+    async def _attach(self, pending: Any, data: bytes) -> None:
+        try:
+            complete = pending.add_attachment(data)
+        except Exception as exc:  # too many, or a placeholder pointing nowhere
+            self._binary_packet = None
+            self._refuse(_packet_name(pending), f"bad binary attachment ({_quote(exc)})")
+            return
+        if complete:
+            self._binary_packet = None
+            await self._dispatch(pending)
+
+    async def _undecodable(self, text: str, exc: BaseException) -> None:
+        name, offset = sniff_event(text)
+        detail = f"undecodable frame ({_quote(exc)})"
+        if name is None:
+            self._refuse(UNKNOWN_EVENT, detail)
+            return
+
+        async def refuse() -> None:
+            # Like a delivered event: its offset is processed, so a replay skips it.
+            if offset is not None and self.pid is not None:
+                self.offset = offset
+            self._refuse(name, detail, name_only=True)
+
+        if "/" not in self.namespaces:
+            self._pre_connect.append(refuse)  # replayed before the CONNECT reply: keep order
+        else:
+            await refuse()
+
+    async def _dispatch(self, pkt: Any) -> None:
+        kind, ns = pkt.packet_type, pkt.namespace
+        try:
+            if kind == sio_packet.CONNECT:
+                await self._handle_connect(ns, pkt.data)
+            elif kind == sio_packet.DISCONNECT:
+                await self._handle_disconnect(ns)
+            elif kind in (sio_packet.EVENT, sio_packet.BINARY_EVENT):
+                await self._handle_event(ns, pkt.id, pkt.data)
+            elif kind in (sio_packet.ACK, sio_packet.BINARY_ACK):
+                await self._handle_ack(ns, pkt.id, pkt.data)
+            elif kind == sio_packet.CONNECT_ERROR:
+                await self._handle_error(ns, pkt.data)
+        except Exception as exc:
+            # A bug of ours or of a handler: report it, never an unretrieved task exception.
+            log.error("handling a %s packet failed", _packet_name(pkt), exc_info=exc)
+            self._refuse(_packet_name(pkt), f"internal: {type(exc).__name__}")
 
     async def _handle_connect(self, namespace: str | None, data: Any) -> None:
         ns = namespace or "/"
+        if ns == "/" and ns in self.namespaces:
+            # A second CONNECT must not replace the pid (and drop the offset) mid-session.
+            self._refuse(UNKNOWN_EVENT, "CONNECT for a namespace already connected")
+            return
         if ns == "/":
             pid = data.get("pid") if isinstance(data, dict) else None
             pid = pid if isinstance(pid, str) and pid else None
@@ -244,7 +514,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
                 self.offset = None
                 self._pre_connect = []
             self.pid = pid
-        if ns != "/" or ns in self.namespaces:
+        if ns != "/":
             await super()._handle_connect(namespace, data)
             return
         # Register the namespace, deliver what the server replayed before its CONNECT reply,
@@ -256,8 +526,8 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         while self._pre_connect:
             buffered, self._pre_connect = self._pre_connect, []
             self.replayed += len(buffered)
-            for ack_id, args, offset in buffered:
-                await self._deliver(ns, ack_id, args, offset)
+            for step in buffered:
+                await step()
         await self._trigger_event("connect", namespace=ns)
         self._connect_event.set()
 
@@ -276,7 +546,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         if ns not in self.namespaces:
             # Replayed packets are written by the server *before* its CONNECT reply.
             if len(self._pre_connect) < 100_000:
-                self._pre_connect.append((id, data, offset))
+                self._pre_connect.append(lambda: self._deliver(ns, id, data, offset))
             return
         await self._deliver(ns, id, data, offset)
 
@@ -285,12 +555,25 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         # order, and a stale offset would make the server replay events already handled.
         if offset is not None:
             self.offset = offset
+        if data[0] in self.reserved_events:
+            # python-socketio would run its own handler for that name (``disconnect``:
+            # a transport loss that never happened): a server cannot send these as events.
+            self._refuse(data[0], "reserved Socket.IO event name sent as an ordinary event")
+            return
         await super()._handle_event(ns, ack_id, data)
 
     async def _handle_error(self, namespace: str | None, data: Any) -> None:
         # A CONNECT_ERROR packet: the server (its auth middleware) refused this client.
         # Engine.IO-level failures also reach ``connect_error`` handlers, so record it here.
-        if (namespace or "/") == "/":
+        ns = namespace or "/"
+        if ns == "/" and self.connected and ns in self.namespaces:
+            # Mid-session. Stock python-socketio would mark the client disconnected without
+            # a ``disconnect`` event and leave the transport open: a dead session that says
+            # it is live. Drop the transport instead; its disconnect carries the reason.
+            log.warning("the server refused the connected namespace: dropping the transport")
+            await self.abort(IO_SERVER_REFUSED)
+            return
+        if ns == "/":
             self.refusal = data if data is not None else "refused"
         await super()._handle_error(namespace, data)
 
@@ -303,8 +586,25 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
 
     async def _handle_eio_disconnect(self, reason: str) -> None:
         self._pre_connect = []
+        size = getattr(self.eio.ws, "oversized", None)
+        if size is None and getattr(self.eio.ws, "close_code", None) == 1009:
+            size = 0  # a websocket without the guard: the close code says it all
+        if size is not None and self.disconnect_reason is None and not self._closing:
+            # The message was never read, so neither its name nor its offset is known, and a
+            # connection-state recovery would get that same message replayed first: forget
+            # the session so that the next connect is a fresh one (the session goes cold).
+            self.forget()
+            self.disconnect_reason = MESSAGE_TOO_BIG
+            limit = f" ({self.max_message_size})" if self.max_message_size else ""
+            shown = f"message of {size} bytes" if size else "message"
+            self._refuse(UNKNOWN_EVENT, f"{shown} over max_message_size{limit}")
         if self.disconnect_reason is None:
             self.disconnect_reason = self._translate(reason)
+        if not self.connected and "/" not in self.namespaces and self._connect_event is not None:
+            # A connect() waiting for its CONNECT reply on a transport that is gone (a replay
+            # that killed it, say) fails now instead of after its whole wait_timeout.
+            self.failed_namespaces.append("/")
+            self._connect_event.set()
         await super()._handle_eio_disconnect(reason)
 
     def _translate(self, eio_reason: str) -> str:
@@ -316,3 +616,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         # engineio reports a silent server (no ping) as a transport error too; both are
         # recoverable, so the distinction would only change the label.
         return TRANSPORT_ERROR
+
+
+def _packet_name(pkt: Any) -> str:
+    """The event name of a packet for a report, or :data:`UNKNOWN_EVENT`."""
+    data = pkt.data
+    if isinstance(data, list) and data and isinstance(data[0], str):
+        return str(data[0])
+    return UNKNOWN_EVENT

@@ -165,7 +165,9 @@ async def test_a_turn_spoken_into_a_silently_dead_socket_is_resent_once(
     exactly once and answered."""
     session = make_session(config=PROBING)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    # The greeting is over (it is uninterruptible: a turn spoken during it would be held,
+    # never written into the dead socket).
+    await session.wait_for("agent_talking", 2, lambda e: not e.data["talking"])
     resent = session.expect("turn_resent", timeout=10)
     answered = session.expect(
         "agent_speech_started", lambda e: "lost in the void" in (e.data["speech_id"] or ""), 10

@@ -26,7 +26,7 @@ async def test_a_flooded_stream_learns_the_exact_number_it_lost(
     def count(_: Event) -> None:
         nonlocal seen
         seen += 1
-        if seen == FLOOD:
+        if seen >= FLOOD:
             all_seen.set()
 
     session.on("capacity_changed", count)
@@ -39,11 +39,14 @@ async def test_a_flooded_stream_learns_the_exact_number_it_lost(
     await asyncio.wait_for(all_seen.wait(), 30)
     await session.close()
 
+    # ``seen`` counts every capacity_changed since the streams subscribed (the flood, plus
+    # at most one late answer to the connect's own availability check).
+    assert FLOOD <= seen <= FLOOD + 1
     items = [event async for event in stream]
     gaps = [e.data["count"] for e in items if e.name == "events_dropped"]
     delivered = [e for e in items if e.name == "capacity_changed"]
     assert items[0].name == "events_dropped"  # the gap is where it happened: first
-    assert gaps == [FLOOD - 50] and len(delivered) == 50
-    assert stream.dropped == FLOOD - 50
-    assert default_bound.dropped == FLOOD - 500
-    assert session.stats()["events_dropped"] == (FLOOD - 50) + (FLOOD - 500)
+    assert gaps == [seen - 50] and len(delivered) == 50
+    assert stream.dropped == seen - 50
+    assert default_bound.dropped == seen - 500
+    assert session.stats()["events_dropped"] == (seen - 50) + (seen - 500)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, EventName
+from avatar_sdk.events import Event
 from avatar_sdk.testing import StagingServer
 
 from .conftest import SessionFactory
@@ -52,3 +53,38 @@ async def test_wait_for_on_a_closed_session_fails_at_once(make_session: SessionF
     assert caught.value.code is ErrorCode.CLOSED
     assert time.monotonic() - started < 0.5
     assert [e.name async for e in session.events()] == []  # ends at once too
+
+
+async def test_on_is_also_a_decorator_and_unknown_names_are_refused(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session()
+    said: list[str] = []
+
+    @session.on("agent_text")
+    def collect(event: Event) -> None:
+        if event.data["spoken"]:
+            said.append(event.data["content"])
+
+    assert callable(collect)  # the decorator hands the function back unchanged
+    for verb in (
+        lambda: session.on("agent_txt", collect),
+        lambda: session.expect("reconected"),
+        lambda: session.events("agent_text", "conected"),
+    ):
+        with pytest.raises(AvatarError) as refused:
+            verb()
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "did you mean" in str(refused.value)
+    await session.connect()
+    await session.wait_for("agent_turn_ended", 2)
+    assert said and all(isinstance(text, str) for text in said)
+
+
+async def test_a_config_that_is_not_a_session_config_is_refused_by_name(
+    make_session: SessionFactory,
+) -> None:
+    with pytest.raises(AvatarError) as refused:
+        make_session(config={"agent_timeout": 5})
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "SessionConfig" in str(refused.value)

@@ -29,7 +29,7 @@ RawClient = tuple[RecoveringAsyncClient, aiohttp.ClientSession]
 
 async def _raw_client(staging: StagingServer) -> RawClient:
     http = aiohttp.ClientSession()
-    client = RecoveringAsyncClient(http_session=http, logger=False, engineio_logger=False)
+    client = RecoveringAsyncClient(http_session=http)
     await client.connect(
         staging.url, auth={"token": staging.token}, transports=["websocket"], wait_timeout=2
     )

@@ -33,6 +33,13 @@ from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
         ("capacity_backoff", (30.0, math.inf)),
         ("capacity_backoff", [30.0]),
         ("capacity_backoff", (True,)),
+        ("max_message_size", 0),
+        ("max_message_size", 1023),
+        ("max_message_size", -1),
+        ("max_message_size", True),
+        ("max_message_size", 4.5),
+        ("max_message_size", "4MiB"),
+        ("max_message_size", None),
     ],
 )
 def test_session_config_names_the_bad_field(field: str, value: Any) -> None:
@@ -78,6 +85,8 @@ def test_good_values_pass() -> None:
         cold_reconnect=RetryPolicy(max_attempts=1, jitter="none", stable_after=0.0),
     )
     assert cfg.cold_reconnect.stable_after == 0.0
+    assert SessionConfig().max_message_size == 4 * 1024 * 1024  # aiohttp's own default
+    assert SessionConfig(max_message_size=1024).max_message_size == 1024
     assert RetryPolicy().stable_after == 10.0
 
 

@@ -123,6 +123,14 @@ def test_any_connecting_substate_can_fail_or_queue() -> None:
         ("connecting_joining", "transport close", "abort_connect"),
         ("reconnecting", "transport close", "ignore"),
         ("ended", "transport close", "ignore"),
+        # a CONNECT_ERROR for the connected namespace: one socket-tier try decides
+        ("connected", "io server refused", "recover_socket"),
+        ("paused", "io server refused", "recover_socket"),
+        # an oversized message: resuming would replay it, so rebuild
+        ("connected", "message too big", "recover_cold"),
+        ("recovering_media", "message too big", "recover_cold"),
+        ("reconnecting", "message too big", "ignore"),
+        ("connecting_socket", "message too big", "abort_connect"),
     ],
 )
 def test_disconnect_decisions(state: str, reason: str, action: str) -> None:

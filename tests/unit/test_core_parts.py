@@ -22,12 +22,27 @@ from avatar_sdk.wire import In, StvStartedTalking, make_speech_id, parse_event
 
 
 def test_a_turn_is_confirmed_by_its_transcript_speech_id_even_truncated() -> None:
+    long_turn = "Hello there, how are   you today? " + "tell me everything about the weather " * 3
     ledger = TurnLedger()
-    ledger.sent("Hello there, how are   you today?")
+    ledger.sent(long_turn)
     assert not ledger.observe_speech_id(make_speech_id("approved-permissions"))
     assert not ledger.observe_speech_id(make_speech_id("transcript", "something else"))
-    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there, how are you"))
+    assert not ledger.observe_speech_id(make_speech_id("transcript", "hello there"))  # short
+    cut = " ".join(long_turn.split())[:60]  # the server cuts the text into the speechId
+    assert ledger.observe_speech_id(make_speech_id("transcript", cut, nonce="AbCd"))
     assert ledger.unconfirmed() == []
+
+
+def test_one_speech_id_confirms_once_and_a_short_prefix_never() -> None:
+    """The soak's find: every segment of the answer to "tell me" carries its speechId; none
+    of them may confirm a later "tell me more" that was lost in a dead socket."""
+    ledger = TurnLedger()
+    ledger.sent("tell me")
+    answer = make_speech_id("transcript", "tell me", nonce="Ab12")
+    assert ledger.observe_speech_id(answer)
+    ledger.sent("tell me more")
+    assert not ledger.observe_speech_id(answer)  # later segments of the same answer
+    assert [t.text for t in ledger.unconfirmed()] == ["tell me more"]
 
 
 def test_evidence_for_a_later_turn_confirms_every_earlier_one() -> None:
@@ -170,6 +185,7 @@ def _controller(
         builder=builder,  # type: ignore[arg-type]
         thread_id=lambda: "thread-1",
         restore=restore,
+        reassert=restore,
         emit=lambda name, data: events.append((name, data)),
         spawn=lambda coro, name: asyncio.ensure_future(coro),
         on_outcome=on_outcome,
@@ -294,3 +310,24 @@ async def test_brain_stall_watchdog_repeats_on_the_injected_clock_until_output()
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
         await guards.aclose()
+
+
+def test_evidence_never_confirms_a_turn_across_a_recovery() -> None:
+    """The soak's find: a turn lost in a dead socket ("hello there friend") must not be
+    confirmed by the answer to a later turn that it starts like ("hello there")."""
+    ledger = TurnLedger()
+    ledger.sent("hello there friend")  # written into the dead socket
+    through = ledger.new_epoch()  # the recovery
+    ledger.sent("hello there")  # spoken after it, on the new connection
+    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there"))
+    assert [t.text for t in ledger.unconfirmed()] == ["hello there friend"]
+    [due] = ledger.take_resends(through)
+    assert due.text == "hello there friend"
+
+
+def test_an_exact_match_wins_over_a_prefix() -> None:
+    ledger = TurnLedger()
+    ledger.sent("hello there")
+    ledger.sent("hello there friend")
+    assert ledger.observe_speech_id(make_speech_id("transcript", "hello there"))
+    assert [t.text for t in ledger.unconfirmed()] == ["hello there friend"]

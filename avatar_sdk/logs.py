@@ -1,0 +1,90 @@
+"""The SDK's logging policy: it logs, it never configures.
+
+* Every module logs to a logger under ``avatar_sdk`` (``logging.getLogger(__name__)``);
+  the SDK adds no handler (not even a ``NullHandler``: with no configuration at all,
+  Python's last-resort handler still shows its warnings and errors on stderr), sets no
+  level and never calls ``basicConfig``. Where the records go is the application's choice.
+* The ``transitions`` library logs two or three INFO lines for every state change of every
+  machine ("Finished processing state idle exit callbacks.", "Executed callback ...").
+  For the SDK's own session machines that is pure noise in an application's INFO logs
+  (``avatar_sdk.machine`` already logs each transition once, as ``state a -> b
+  (trigger)``). So one filter, :data:`MACHINE_NOISE`, is attached to the two
+  ``transitions`` loggers that emit them: it drops records below WARNING that belong to a
+  machine named :data:`MACHINE_NAME`, and nothing else. Levels are untouched, other
+  applications' machines keep their INFO lines, and warnings and errors always pass.
+  To see the SDK machine's own lines too (debugging the SDK), remove the filter:
+  ``logging.getLogger(name).removeFilter(MACHINE_NOISE)`` for each name in
+  :data:`NOISY_LOGGERS`.
+
+* python-socketio and python-engineio, given ``logger=False``, *configure* their
+  ``socketio.client`` / ``engineio.client`` loggers the first time a client is built (level
+  ERROR and a ``StreamHandler`` of their own, so an application's handlers print their
+  errors twice and its levels are overridden). The SDK therefore hands them a logger
+  object instead, :func:`warnings_only`: their per-packet INFO lines are dropped, their
+  warnings and errors reach the application's configuration like any other record.
+* Other third-party loggers are left alone: ``aioice`` logs every ICE candidate-pair
+  check at INFO, for any peer in the process (the SDK's or yours alike, so the SDK cannot
+  tell them apart); silence it in your own configuration with
+  ``logging.getLogger("aioice").setLevel(logging.WARNING)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+__all__ = [
+    "MACHINE_NAME",
+    "MACHINE_NOISE",
+    "NOISY_LOGGERS",
+    "MachineNoiseFilter",
+    "WarningsOnly",
+    "install",
+    "warnings_only",
+]
+
+#: The ``name`` the session's ``transitions`` machine is built with; transitions prefixes
+#: every record of that machine with ``"<name>: "`` as the first argument.
+MACHINE_NAME: Final = "avatar_sdk"
+_PREFIX: Final = MACHINE_NAME + ": "
+
+#: The ``transitions`` loggers that log per-callback records.
+NOISY_LOGGERS: Final = ("transitions.core", "transitions.extensions.nesting")
+
+
+class MachineNoiseFilter(logging.Filter):
+    """Drops ``transitions`` records below WARNING that belong to an SDK machine."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        args = record.args
+        return not (isinstance(args, tuple) and args and args[0] == _PREFIX)
+
+
+MACHINE_NOISE: Final = MachineNoiseFilter()
+
+
+def install() -> None:
+    """Attach :data:`MACHINE_NOISE` to :data:`NOISY_LOGGERS` (idempotent: a logger holds
+    a filter once)."""
+    for name in NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        if MACHINE_NOISE not in logger.filters:
+            logger.addFilter(MACHINE_NOISE)
+
+
+class WarningsOnly(logging.LoggerAdapter[logging.Logger]):
+    """A logger object for libraries that take one (``logger=``): records at WARNING and
+    above go to the wrapped logger, under its name and through its filters; the rest are
+    dropped before they are formatted. Nothing global is changed."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level >= logging.WARNING and self.logger.isEnabledFor(level)
+
+
+def warnings_only(name: str) -> WarningsOnly:
+    """:class:`WarningsOnly` around ``logging.getLogger(name)``; e.g. for python-socketio:
+    ``AsyncClient(logger=warnings_only("socketio.client"),
+    engineio_logger=warnings_only("engineio.client"))``."""
+    return WarningsOnly(logging.getLogger(name), {})

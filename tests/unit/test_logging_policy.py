@@ -1,0 +1,166 @@
+"""The SDK logs but never configures logging (``avatar_sdk.logs``): no handler, no level,
+and the state-machine library's per-callback INFO lines about the SDK's own machines stay
+out of the application's logs while other machines keep theirs."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from transitions.extensions.nesting import HierarchicalMachine
+
+from avatar_sdk.logs import MACHINE_NAME, MACHINE_NOISE, NOISY_LOGGERS, install, warnings_only
+from avatar_sdk.machine import SessionMachine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _transitions_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("transitions")]
+
+
+def _machine(name: str) -> HierarchicalMachine:
+    return HierarchicalMachine(
+        states=["idle", "running"],
+        transitions=[["go", "idle", "running"]],
+        initial="idle",
+        name=name,
+    )
+
+
+def test_sdk_machine_info_lines_are_dropped_other_machines_keep_theirs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    install()
+    caplog.set_level(logging.DEBUG)
+    sdk = _machine(MACHINE_NAME)
+    sdk.go()  # type: ignore[attr-defined]
+    assert _transitions_records(caplog) == []
+
+    other = _machine("billing")
+    other.go()  # type: ignore[attr-defined]
+    kept = _transitions_records(caplog)
+    assert kept, "another application's machine must keep its INFO lines"
+    assert all(r.getMessage().startswith("billing: ") for r in kept)
+
+
+def test_warnings_of_the_sdk_machine_still_pass() -> None:
+    record = logging.LogRecord(
+        "transitions.core",
+        logging.WARNING,
+        __file__,
+        1,
+        "%sSkip %s",
+        (MACHINE_NAME + ": ", "x"),
+        None,
+    )
+    assert MACHINE_NOISE.filter(record)
+    record.levelno = logging.INFO
+    assert not MACHINE_NOISE.filter(record)
+
+
+def test_install_is_idempotent_and_changes_no_level() -> None:
+    install()
+    install()
+    for name in NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        assert logger.filters.count(MACHINE_NOISE) == 1
+        assert logger.level == logging.NOTSET
+
+
+def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    machine = SessionMachine(strict=True)
+    machine.fire("start")
+    assert machine.state == "connecting_socket"
+    assert _transitions_records(caplog) == []
+    # the SDK's own one line per transition is still there
+    assert any(r.name == "avatar_sdk.machine" for r in caplog.records)
+
+
+def test_warnings_only_drops_info_and_forwards_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="socketio.client")  # whatever ran before us
+    adapter = warnings_only("socketio.client")
+    adapter.info("Emitting event %s", "join")
+    adapter.warning("odd packet %s", "x")
+    records = [r for r in caplog.records if r.name == "socketio.client"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [(logging.WARNING, "odd packet x")]
+
+
+_SNAPSHOT = """
+import logging
+
+def snapshot():
+    out = {}
+    for name, logger in sorted(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            out[name] = (
+                [type(h).__name__ for h in logger.handlers],
+                logger.level,
+                logger.propagate,
+                logger.disabled,
+            )
+    root = logging.getLogger()
+    out["<root>"] = ([type(h).__name__ for h in root.handlers], root.level, True, False)
+    return out
+
+def changed(before, after):
+    return {
+        name: (before.get(name), state)
+        for name, state in after.items()
+        if state != before.get(name, ([], logging.NOTSET, True, False))
+    }
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SNAPSHOT) + textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_importing_every_module_configures_no_logger() -> None:
+    result = _run(
+        """
+        import importlib, pkgutil
+        # the dependencies first: what they do on import is theirs, not ours
+        import aiohttp, aioice, aiortc, av, engineio, jsonschema, numpy, socketio, tenacity
+        import transitions.extensions
+        before = snapshot()
+        import avatar_sdk
+        for info in pkgutil.walk_packages(avatar_sdk.__path__, "avatar_sdk."):
+            if info.name != "avatar_sdk.testing.pytest_plugin":
+                importlib.import_module(info.name)
+        avatar_sdk.AvatarSession("https://avatar.example", "tok-" + "x" * 20)
+        print(changed(before, snapshot()))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{}"
+
+
+def test_a_socketio_client_given_warnings_only_configures_nothing() -> None:
+    result = _run(
+        """
+        import socketio
+        from avatar_sdk.logs import warnings_only
+        before = snapshot()
+        socketio.AsyncClient(
+            logger=warnings_only("socketio.client"),
+            engineio_logger=warnings_only("engineio.client"),
+        )
+        print(changed(before, snapshot()))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{}"
