@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -27,9 +28,24 @@ TOKEN_ENV = "AVATAR_TOKEN"
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def _configure_logging(verbose: bool) -> None:
+    """The console script is an application, so it (not the library) decides where log
+    records go: the SDK's warnings on stderr, and the Socket.IO/WebRTC stack's transport
+    chatter ("Server sent close packet ...") only with ``--verbose`` (the output already
+    tells each drop and recovery). An embedding that configured logging keeps its own."""
+    if logging.getLogger().handlers:
+        return
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="avatar-sdk: %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        for name in ("engineio", "socketio", "aioice", "aiortc"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 @click.group(context_settings=_CONTEXT, epilog=exits.epilog())
 @click.version_option(__version__, "--version", "-V", prog_name="avatar-sdk")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Log what the SDK does (INFO) on stderr.")
+def main(*, verbose: bool) -> None:
     """Live AI-avatar conversations from the command line.
 
     \b
@@ -38,6 +54,7 @@ def main() -> None:
     avatar-sdk staging serve --port 8765  a standalone staging backend with a fault API
     avatar-sdk diagram                    the session state machine as Mermaid
     """
+    _configure_logging(verbose)
 
 
 # -- talk ------------------------------------------------------------------------------------

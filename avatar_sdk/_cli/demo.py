@@ -36,6 +36,9 @@ class Fault:
     event: str
     match: dict[str, str]
     media: bool = False
+    #: The recovery is a new server session, whose agent greets again (a greeting the
+    #: server does not let a turn interrupt): the tour waits for it before going on.
+    greets: bool = False
 
 
 TOUR: tuple[Fault, ...] = (
@@ -52,6 +55,7 @@ TOUR: tuple[Fault, ...] = (
         lambda s: s.faults.drop_socket(recovery=False),
         "reconnected",
         {"tier": "cold"},
+        greets=True,
     ),
     Fault(
         "stv",
@@ -157,9 +161,14 @@ class Demo:
                 lambda e, f=fault: all(e.data.get(k) == v for k, v in f.match.items()),  # type: ignore[misc]
                 timeout=RECOVERY_BOUND,
             )
+            greeting = session.expect("agent_turn_ended", timeout=RECOVERY_BOUND + REPLY_BOUND)
             await fault.inject(staging)
             try:
                 self.outcomes.append(Outcome(fault, await waiter))
+                if fault.greets:
+                    await greeting
+                else:
+                    greeting.cancel()
             except (TimeoutError, AvatarError) as error:
                 self.outcomes.append(Outcome(fault, None, str(error)))
                 return exits.for_ending(self.ended) if self.ended else exits.GAVE_UP

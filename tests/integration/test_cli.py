@@ -317,16 +317,24 @@ async def test_talk_speaks_a_wav_and_records_the_avatar(
 
 # -- demo ------------------------------------------------------------------------------------
 async def test_demo_timeline_and_summary_without_media() -> None:
-    result = await cli("demo", "--no-media", "--faults", "socket,cold")
-    assert result.exit_code == 0, result.output
-    out = result.stdout
+    """As ``make demo`` runs it (a process of its own: stderr shows what a user sees)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "avatar_sdk.cli", "demo", "--no-media", "--faults", "socket,cold",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stdout.decode() + stderr.decode()
+    assert stderr.decode() == ""  # no transport chatter from the libraries' loggers
+    out = stdout.decode()
     assert re.search(r"^\s+[\d.]+s  reconnected: socket tier in \d+ ms", out, re.MULTILINE)
     assert re.search(r"^socket\s+a recoverable transport drop\s+socket\s+in place\s+\d+ ms\s+"
                      r"recovered$", out, re.MULTILINE)  # fmt: skip
     assert re.search(r"^cold\s+.*\s+cold\s+new server session\s+\d+ ms\s+recovered$", out,
                      re.MULTILINE)  # fmt: skip
-    # After the cold rebuild the next answer is on its own line, never glued to a greeting.
-    assert re.search(r"avatar: You said: And after all that\?\n", out)
+    # The new server session greets again, on its own line, before the next question.
+    assert out.count("avatar: Hello! I am the staging avatar. How can I help?\n") == 2
+    assert re.search(r"you:    And after all that\?\n.*avatar: You said: And after all that\?\n",
+                     out)  # fmt: skip
     assert "thread_id" not in out and "None" not in out
 
 
