@@ -1,14 +1,45 @@
-"""avatar_sdk: a resilient asyncio client for live, interactive AI-avatar conversations."""
+"""avatar_sdk: a resilient asyncio client for live, interactive AI-avatar conversations.
+
+The public names are loaded on first use (PEP 562): ``import avatar_sdk`` and the pytest
+plugin stay cheap for projects that only have the SDK installed (the WebRTC and Socket.IO
+stacks load with the first ``AvatarSession``, not with the package).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import logs
 from ._version import __version__
-from .chat import ChatReply, ChatSession, ConverseResult, converse_once
-from .config import RetryPolicy, SessionConfig
-from .errors import AvatarError, Category, ErrorCode, Severity
-from .event_types import EventName
-from .events import Event
-from .guards import SPIRAL_RECOVERY_PREFIX
-from .session import AvatarSession, Health
+
+if TYPE_CHECKING:
+    from .chat import ChatReply, ChatSession, ConverseResult, converse_once
+    from .config import RetryPolicy, SessionConfig
+    from .errors import AvatarError, Category, ErrorCode, Severity
+    from .event_types import EventName
+    from .events import Event
+    from .guards import SPIRAL_RECOVERY_PREFIX
+    from .session import AvatarSession, Health
+
+#: Public name -> the submodule that defines it.
+_EXPORTS: dict[str, str] = {
+    "SPIRAL_RECOVERY_PREFIX": ".guards",
+    "AvatarError": ".errors",
+    "AvatarSession": ".session",
+    "Category": ".errors",
+    "ChatReply": ".chat",
+    "ChatSession": ".chat",
+    "ConverseResult": ".chat",
+    "ErrorCode": ".errors",
+    "Event": ".events",
+    "EventName": ".event_types",
+    "Health": ".session",
+    "RetryPolicy": ".config",
+    "SessionConfig": ".config",
+    "Severity": ".errors",
+    "converse_once": ".chat",
+}
 
 # No handler, no level: only the filter that keeps the state-machine library's
 # per-callback INFO lines about the SDK's own machines out of the application's logs.
@@ -32,3 +63,17 @@ __all__ = [
     "__version__",
     "converse_once",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access, then cache the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -23,12 +23,13 @@ import os
 from array import array
 from collections import deque
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import av
 from aiortc.contrib.media import MediaRecorder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.frame import Frame
+from av.packet import Packet
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
@@ -253,6 +254,36 @@ class AudioLevelMeter:
 # --------------------------------------------------------------------------- recording
 
 
+class _FirstFrameGate(MediaStreamTrack):
+    """Passes a track's frames through and opens ``opened`` once the first has gone."""
+
+    def __init__(self, inner: MediaStreamTrack) -> None:
+        super().__init__()
+        self.kind = inner.kind
+        self.inner = inner
+        self.opened = asyncio.Event()
+
+    async def recv(self) -> Frame | Packet[Any]:
+        frame = await self.inner.recv()
+        self.opened.set()
+        return frame
+
+
+class _Gated(MediaStreamTrack):
+    """A track whose frames flow only once ``gate`` is open (earlier ones stay queued in the
+    inner track, which keeps its own bound)."""
+
+    def __init__(self, inner: MediaStreamTrack, gate: asyncio.Event) -> None:
+        super().__init__()
+        self.kind = inner.kind
+        self.inner = inner
+        self.gate = gate
+
+    async def recv(self) -> Frame | Packet[Any]:
+        await self.gate.wait()
+        return await self.inner.recv()
+
+
 class Recorder:
     """Records received tracks to a file with aiortc's ``MediaRecorder``.
 
@@ -293,9 +324,17 @@ class Recorder:
             raise AvatarError(ErrorCode.INVALID_STATE, f"recorder already {self._state}")
         self._check_target()
         recorder: MediaRecorder | None = None
+        audio, video = self.audio_track, self.video_track
+        if audio is not None and video is not None:
+            # MediaRecorder sizes the video stream from its first frame, but the container
+            # opens every codec at the first packet it muxes: audio first would open the
+            # video codec unsized ("Cannot change width after codec is open") and lose the
+            # video. So audio waits for the first video frame.
+            gate = _FirstFrameGate(video)
+            audio, video = _Gated(audio, gate.opened), gate
         try:
             recorder = MediaRecorder(self.path, format=self._format, options=self._options)
-            for track in (self.audio_track, self.video_track):
+            for track in (audio, video):
                 if track is not None:
                     recorder.addTrack(track)
         except Exception as exc:

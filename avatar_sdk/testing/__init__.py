@@ -1,23 +1,68 @@
-"""Testing tools shipped with the SDK: a protocol-faithful staging backend with faults."""
+"""Testing tools shipped with the SDK: a protocol-faithful staging backend with faults, the
+pytest plugin's helpers (:func:`expect_events`), and a fake clock.
 
-from ..clock import FakeClock
-from .brain import Brain
-from .conversation import Conversation, ReceivedEvent
-from .faults import Faults
-from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
-from .server import StagingServer
-from .synthetic import read_frame_counter
+Names load on first use (PEP 562), so the pytest plugin, which lives in this package, costs
+next to nothing in a project that never asks for a staging backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..clock import FakeClock
+    from .brain import Brain
+    from .conversation import Conversation, ReceivedEvent
+    from .expect import EventSequence, expect_events
+    from .faults import Faults
+    from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
+    from .server import StagingServer
+    from .synthetic import read_frame_counter
+
+#: Public name -> the module that defines it (relative to this package).
+_EXPORTS: dict[str, str] = {
+    "AsrPeer": ".media",
+    "AsrStats": ".media",
+    "Brain": ".brain",
+    "Conversation": ".conversation",
+    "EventSequence": ".expect",
+    "FakeClock": "..clock",
+    "Faults": ".faults",
+    "ReceivedEvent": ".conversation",
+    "StagingMedia": ".media",
+    "StagingServer": ".server",
+    "WhepViewer": ".media",
+    "expect_events": ".expect",
+    "read_frame_counter": ".synthetic",
+}
 
 __all__ = [
     "AsrPeer",
     "AsrStats",
     "Brain",
     "Conversation",
+    "EventSequence",
     "FakeClock",
     "Faults",
     "ReceivedEvent",
     "StagingMedia",
     "StagingServer",
     "WhepViewer",
+    "expect_events",
     "read_frame_counter",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access, then cache the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

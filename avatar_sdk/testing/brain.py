@@ -8,6 +8,7 @@ the service emits when its speech recognition finalises a user utterance.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from collections.abc import Sequence
@@ -78,6 +79,9 @@ class _Scripted:
     #: Indices into ``tool_calls`` where a new agent turn (``agent_start_speech`` with
     #: ``isNewTurn``) begins; set by :meth:`Brain.tool_spiral`.
     turn_splits: tuple[int, ...] = ()
+    #: Each tool segment carries ``tool_metadata`` {id, wait_for_response: true}: the agent
+    #: waits for the client's ``respond_to_tool`` (PROTOCOL §3.6).
+    wait_for_response: bool = False
 
 
 class Brain:
@@ -94,6 +98,7 @@ class Brain:
         self.listening: ListenConfig | None = None
         self._transcripts: deque[str] = deque()
         self._heard = 0
+        self._call_ids = itertools.count(1)
 
     def reply(self, text: str) -> None:
         """The next turn's spoken answer."""
@@ -104,7 +109,12 @@ class Brain:
         self._script.append(_Scripted(stall=seconds))
 
     def tool_calls(
-        self, calls: Sequence[ToolCallSpec], then: str | None = None, *, fused: bool = False
+        self,
+        calls: Sequence[ToolCallSpec],
+        then: str | None = None,
+        *,
+        fused: bool = False,
+        wait_for_response: bool = False,
     ) -> None:
         """The next turn calls tools, then says ``then`` (if given).
 
@@ -113,7 +123,9 @@ class Brain:
         into one segment as the service's brain does when it calls several tools at once
         (every call's arguments back to back, named after the last tool only, then one
         ``tool_response`` per call echoing every name in call order; PROTOCOL.md §3.6).
-        ``fused=True`` fuses the whole list into one segment.
+        ``fused=True`` fuses the whole list into one segment. ``wait_for_response=True``:
+        each segment carries a call id (``call-1``, ``call-2``...) that the client
+        acknowledges with ``respond_to_tool`` (received in ``staging.tool_responses``).
         """
         if fused:
             if not all(isinstance(call, str) for call in calls):
@@ -125,7 +137,9 @@ class Brain:
                 segments.append(spec)
             else:
                 segments.append(ToolSegment.fused(list(spec)))
-        self._script.append(_Scripted(text=then, tool_calls=segments))
+        self._script.append(
+            _Scripted(text=then, tool_calls=segments, wait_for_response=wait_for_response)
+        )
 
     def tool_spiral(
         self,
@@ -212,9 +226,10 @@ class Brain:
         the service sends them (PROTOCOL.md §3.9: after ``generatingSpeech``).
         """
         self.turns_started += 1
+        active = self._active
+        same_plan = active is not None and tool_calls is active.tool_calls
+        waits = bool(active is not None and same_plan and active.wait_for_response)
         if turn_splits is None:
-            active = self._active
-            same_plan = active is not None and tool_calls is active.tool_calls
             turn_splits = active.turn_splits if active is not None and same_plan else ()
         voice = user_transcription is not None
         hand_off = (In.AGENT_TURN_TO_TALK, {"userTranscription": user_transcription or ""})
@@ -250,7 +265,11 @@ class Brain:
                     )
                 )
             segment = tool_segment(call)
-            events.append(raw({"type": "tool", "content": segment.content}))
+            tool: dict[str, Any] = {"type": "tool", "content": segment.content}
+            if waits:
+                call_id = f"call-{next(self._call_ids)}"
+                tool["tool_metadata"] = {"id": call_id, "wait_for_response": True}
+            events.append(raw(tool))
             for name in segment.responses:
                 events.append(
                     raw({"type": "tool_response", "content": f"{name} responded with size 2"})

@@ -1,30 +1,239 @@
-"""pytest plugin (auto-loaded when avatar-sdk is installed): a ``staging`` fixture.
+"""pytest plugin (auto-loaded when avatar-sdk is installed): fixtures to test bots with.
 
-``staging`` is a started :class:`~avatar_sdk.testing.StagingServer` on 127.0.0.1, stopped
-after the test. Requires pytest-asyncio (async fixtures).
+* ``staging``: a started :class:`~avatar_sdk.testing.StagingServer` on 127.0.0.1.
+* ``staging_factory``: ``await staging_factory(audio_only=True, ...)`` for backends with
+  options; every one is stopped after the test.
+* ``avatar_session``: an :class:`~avatar_sdk.AvatarSession` connected to ``staging`` and
+  greeted (``media=False`` unless ``@pytest.mark.avatar_session(media=True, config=...)``
+  says otherwise), closed after the test, which fails if the session leaked a task, a
+  socket or a peer connection.
+* ``avatar_session_factory``: ``await avatar_session_factory(config=..., staging=...)`` for
+  several sessions (``connect=False``, ``greeted=False`` to stop earlier), each closed and
+  leak-checked the same way.
+
+The fixtures are async: they need pytest-asyncio (``pip install 'avatar-sdk[testing]'``),
+and either ``asyncio_mode = "auto"`` or ``@pytest.mark.asyncio`` on each test; the plugin
+says so in one line instead of letting a test fail obscurely. Importing this module costs
+next to nothing: the staging backend and the session load when a fixture is first used.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import gc
+import inspect
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .server import StagingServer
+if TYPE_CHECKING:
+    from ..session import AvatarSession
+    from .server import StagingServer
 
 try:
     import pytest_asyncio
+except ImportError:  # the fixtures then fail with MISSING_ASYNCIO, never "fixture not found"
+    pytest_asyncio = None  # type: ignore[assignment]
 
-    _HAVE_ASYNCIO = True
-except ImportError:  # pragma: no cover - the fixture needs pytest-asyncio
-    _HAVE_ASYNCIO = False
+#: The fixtures that need an event loop (and so pytest-asyncio).
+ASYNC_FIXTURES = frozenset(
+    {"staging", "staging_factory", "avatar_session", "avatar_session_factory"}
+)
+
+MISSING_ASYNCIO = (
+    "avatar-sdk's pytest fixtures are async and need pytest-asyncio, which is not installed: "
+    "pip install 'avatar-sdk[testing]', then set asyncio_mode = \"auto\""
+)
+DISABLED_ASYNCIO = (
+    "avatar-sdk's pytest fixtures are async and need pytest-asyncio, which is installed but "
+    "disabled in this run (-p no:asyncio): enable it"
+)
+STRICT_MODE = (
+    "{test} is an async test using avatar-sdk fixtures, but pytest-asyncio is in strict mode "
+    'and the test is not marked: add @pytest.mark.asyncio, or set asyncio_mode = "auto" '
+    "under [tool.pytest.ini_options]"
+)
+
+#: How long after close() the SDK's tasks, sockets and peers may take to wind down before
+#: the leak check counts them (seconds); a clean close needs a few loop turns.
+LEAK_GRACE = 1.5
+
+#: How long the fixtures wait for the avatar's greeting after connecting (seconds).
+GREETING_TIMEOUT = 10.0
+
+SessionFactory = Callable[..., Awaitable["AvatarSession"]]
+StagingFactory = Callable[..., Awaitable["StagingServer"]]
 
 
-if _HAVE_ASYNCIO:
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "staging: uses the embedded StagingServer")
+    config.addinivalue_line(
+        "markers",
+        "avatar_session(**kwargs): AvatarSession keyword arguments for the avatar_session "
+        "fixture (media, config, thread_id, audio, ...)",
+    )
+
+
+def _asyncio_mode(config: pytest.Config) -> str:
+    try:
+        mode = config.getoption("asyncio_mode", None) or config.getini("asyncio_mode")
+    except ValueError:  # the option is not registered: pytest-asyncio is not active
+        return "unknown"
+    return str(mode or "strict")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture runs: one clear line when the async fixtures cannot work."""
+    used = ASYNC_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    if not used:
+        return
+    if pytest_asyncio is None:
+        pytest.fail(MISSING_ASYNCIO, pytrace=False)
+    if not item.config.pluginmanager.hasplugin("asyncio"):
+        pytest.fail(DISABLED_ASYNCIO, pytrace=False)
+    function = getattr(item, "function", None)
+    if (
+        function is not None
+        and inspect.iscoroutinefunction(function)
+        and item.get_closest_marker("asyncio") is None
+        and _asyncio_mode(item.config) != "auto"
+    ):
+        pytest.fail(STRICT_MODE.format(test=item.nodeid), pytrace=False)
+
+
+# -- leak checks -------------------------------------------------------------------------------
+def _client_task(task: asyncio.Task[Any]) -> bool:
+    """A task of the SDK's client side (not of the staging backend, not the test's own)."""
+    code = getattr(task.get_coro(), "cr_code", None)
+    path = (getattr(code, "co_filename", "") or "").replace("\\", "/")
+    if "/avatar_sdk/" in path:
+        return "/avatar_sdk/testing/" not in path
+    return path.endswith(("/socketio/async_client.py", "/engineio/async_client.py"))
+
+
+def _classes(*names: str) -> tuple[type, ...]:
+    """The classes ``module:Name`` already imported (a class never loaded has no objects)."""
+    found = []
+    for name in names:
+        module, _, attr = name.partition(":")
+        cls = getattr(sys.modules.get(module), attr, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+def _open_client_objects() -> dict[int, str]:
+    """Open client sockets and peers, by id: Engine.IO clients not disconnected, and the
+    SDK's peer connections (uplink, downlink) not closed."""
+    sockets = _classes("engineio.async_client:AsyncClient")
+    peers = _classes("avatar_sdk.transport.asr:AsrUplink", "avatar_sdk.transport.stv:StvDownlink")
+    found: dict[int, str] = {}
+    if not sockets and not peers:
+        return found
+    for obj in gc.get_objects():
+        if sockets and isinstance(obj, sockets):
+            if getattr(obj, "state", "disconnected") != "disconnected":
+                url = str(getattr(obj, "base_url", "") or "?").split("?", 1)[0]
+                found[id(obj)] = f"socket to {url}"
+        elif peers and isinstance(obj, peers):
+            state = getattr(getattr(obj, "pc", None), "connectionState", "closed")
+            if state != "closed":
+                found[id(obj)] = f"peer connection ({type(obj).__name__}, {state})"
+    return found
+
+
+class _LeakCheck:
+    """What the SDK had open before the sessions started, to tell what they leaked."""
+
+    def __init__(self) -> None:
+        self.tasks = set(asyncio.all_tasks())
+        self.objects = set(_open_client_objects())
+
+    def leaks(self) -> list[str]:
+        current = asyncio.current_task()
+        tasks = [
+            t
+            for t in asyncio.all_tasks()
+            if t not in self.tasks and t is not current and not t.done() and _client_task(t)
+        ]
+        found = [v for k, v in _open_client_objects().items() if k not in self.objects]
+        return found + [f"task {t.get_name()} ({t.get_coro()!r})" for t in tasks]
+
+    async def settle(self, grace: float = LEAK_GRACE) -> list[str]:
+        """The leaks still there after at most ``grace`` seconds (none: returns at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while True:
+            found = self.leaks()
+            if not found or loop.time() >= deadline:
+                return found
+            await asyncio.sleep(0.02)
+
+
+class _Sessions:
+    """The sessions one test made: built against a staging backend, all closed at the end,
+    then checked for leaks."""
+
+    def __init__(self, staging: StagingServer) -> None:
+        self.staging = staging
+        self.made: list[AvatarSession] = []
+        self.check = _LeakCheck()
+
+    async def make(
+        self,
+        *,
+        staging: StagingServer | None = None,
+        connect: bool = True,
+        greeted: bool = True,
+        **kwargs: Any,
+    ) -> AvatarSession:
+        """A session against ``staging`` (default: the ``staging`` fixture's), connected
+        unless ``connect=False``, and past the avatar's greeting unless ``greeted=False``
+        (so the test's first ``speak`` is answered by its own turn, never the greeting's
+        end); ``kwargs`` go to ``AvatarSession`` (defaults: ``media=False``,
+        ``allow_insecure_transport=True``, the backend's genie URL)."""
+        from ..session import AvatarSession  # noqa: PLC0415 - lazy: the plugin stays cheap
+
+        backend = staging or self.staging
+        kwargs.setdefault("media", False)
+        kwargs.setdefault("allow_insecure_transport", True)
+        kwargs.setdefault("genie_url", backend.genie_url)
+        session = AvatarSession(backend.url, backend.token, **kwargs)
+        self.made.append(session)
+        if connect:
+            # Registered before connecting: the greeting may end before connect() returns.
+            greeting = session.expect("agent_turn_ended") if greeted else None
+            await session.connect()
+            if greeting is not None:
+                async with asyncio.timeout(GREETING_TIMEOUT):
+                    await greeting
+        return session
+
+    async def close(self) -> None:
+        """Close every session, then fail the test if anything of theirs is still open."""
+        for session in self.made:
+            await session.close()
+        leaks = await self.check.settle()
+        if leaks:
+            # Reported, then released for real (a test may have replaced close()), so one
+            # leaking test does not spill into the next.
+            for session in self.made:
+                await type(session).close(session)
+            pytest.fail(
+                "the avatar session leaked after close(): " + "; ".join(leaks[:10]), pytrace=False
+            )
+
+
+if pytest_asyncio is not None:
 
     @pytest_asyncio.fixture
     async def staging() -> AsyncIterator[StagingServer]:
         """A running staging backend for one test."""
+        from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
+
         server = StagingServer()
         await server.start()
         try:
@@ -32,6 +241,68 @@ if _HAVE_ASYNCIO:
         finally:
             await server.stop()
 
+    @pytest_asyncio.fixture
+    async def staging_factory() -> AsyncIterator[StagingFactory]:
+        """``await staging_factory(**options)``: a started ``StagingServer(**options)``
+        (``audio_only``, ``recovery_window``, ``ssl_context``...); all stopped afterwards."""
+        from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "staging: uses the embedded StagingServer")
+        servers: list[StagingServer] = []
+
+        async def make(**options: Any) -> StagingServer:
+            server = StagingServer(**options)
+            await server.start()
+            servers.append(server)
+            return server
+
+        try:
+            yield make
+        finally:
+            for server in reversed(servers):
+                await server.stop()
+
+    @pytest_asyncio.fixture
+    async def avatar_session_factory(staging: StagingServer) -> AsyncIterator[SessionFactory]:
+        """``await avatar_session_factory(config=..., staging=..., connect=True, **kwargs)``:
+        sessions against the ``staging`` fixture (or another backend); after the test every
+        one is closed and the test fails if any leaked a task, socket or peer."""
+        sessions = _Sessions(staging)
+        try:
+            yield sessions.make
+        finally:
+            await sessions.close()
+
+    @pytest_asyncio.fixture
+    async def avatar_session(
+        request: pytest.FixtureRequest, staging: StagingServer
+    ) -> AsyncIterator[AvatarSession]:
+        """A session connected to ``staging``; options from ``@pytest.mark.avatar_session``.
+        Closed after the test, which fails if it leaked a task, socket or peer."""
+        marker = request.node.get_closest_marker("avatar_session")
+        options = dict(marker.kwargs) if marker is not None else {}
+        sessions = _Sessions(staging)
+        try:
+            yield await sessions.make(**options)
+        finally:
+            await sessions.close()
+
+else:  # pragma: no cover - exercised only without pytest-asyncio installed
+
+    def _missing() -> None:
+        pytest.fail(MISSING_ASYNCIO, pytrace=False)
+
+    @pytest.fixture(name="staging")
+    def _staging_missing() -> None:
+        _missing()
+
+    @pytest.fixture(name="staging_factory")
+    def _staging_factory_missing() -> None:
+        _missing()
+
+    @pytest.fixture(name="avatar_session")
+    def _avatar_session_missing() -> None:
+        _missing()
+
+    @pytest.fixture(name="avatar_session_factory")
+    def _avatar_session_factory_missing() -> None:
+        _missing()

@@ -1,0 +1,222 @@
+"""The pytest plugin as a user meets it: run in a fresh pytest (``pytester``) with the
+user's own settings, plus ``expect_events`` directly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from avatar_sdk.testing import StagingServer, expect_events
+
+from .conftest import SessionFactory
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTO_INI = "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+STRICT_INI = "[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n"
+
+
+def run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_user=textwrap.dedent(source))
+    return pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+
+
+def test_avatar_session_is_connected_then_closed(pytester: pytest.Pytester) -> None:
+    pytester.makeini(AUTO_INI)
+    result = run(
+        pytester,
+        """
+        from avatar_sdk.testing import expect_events
+
+        SEEN = []
+
+        async def test_talks(avatar_session, staging):
+            SEEN.append(avatar_session)
+            assert avatar_session.state == "connected"
+            waiter = expect_events(avatar_session, ["agent_text", "agent_turn_ended"], timeout=5)
+            await avatar_session.speak("hello")
+            events = await waiter
+            assert events[0].name == "agent_text"
+            assert staging.received_events("onTextEntered")
+
+        def test_it_was_closed():
+            assert SEEN[0].state == "ended"
+        """,
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_a_leaked_session_fails_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makeini(AUTO_INI)
+    result = run(
+        pytester,
+        """
+        import asyncio
+        from avatar_sdk.clock import SYSTEM_CLOCK
+
+        async def test_socket_left_open(avatar_session):
+            async def no_close():
+                return None
+            avatar_session.close = no_close      # the socket stays open
+
+        async def test_task_left_running(avatar_session):
+            asyncio.ensure_future(SYSTEM_CLOCK.sleep(60))   # an SDK task nobody awaits
+
+        async def test_clean(avatar_session):
+            assert avatar_session.state == "connected"
+        """,
+    )
+    result.assert_outcomes(passed=3, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*leaked after close(): socket to ws://127.0.0.1:*/socket.io/; task *"]
+    )
+    result.stdout.fnmatch_lines(["*leaked after close(): task *sleep*"])
+
+
+def test_factories_for_several_sessions_and_backends(pytester: pytest.Pytester) -> None:
+    pytester.makeini(AUTO_INI)
+    result = run(
+        pytester,
+        """
+        import pytest
+        from avatar_sdk import SessionConfig
+
+        async def test_two_sessions(avatar_session_factory, staging_factory, staging):
+            other = await staging_factory(audio_only=True, recovery_window=3.0)
+            assert other.url != staging.url
+            a = await avatar_session_factory(config=SessionConfig(close_timeout=1.0))
+            b = await avatar_session_factory(staging=other, connect=False)
+            assert a.config.close_timeout == 1.0 and b.state == "idle"
+            await b.connect()
+            assert {a.state, b.state} == {"connected"}
+            assert len(staging.live_sids) == 1 and len(other.live_sids) == 1
+
+        @pytest.mark.avatar_session(config=SessionConfig(idle_timeout=7.0))
+        async def test_marker_options(avatar_session):
+            assert avatar_session.config.idle_timeout == 7.0
+        """,
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_strict_mode_says_what_to_do(pytester: pytest.Pytester) -> None:
+    pytester.makeini(STRICT_INI)
+    result = run(
+        pytester,
+        """
+        import pytest
+
+        async def test_unmarked(avatar_session):
+            pass
+
+        @pytest.mark.asyncio
+        async def test_marked(avatar_session):
+            assert avatar_session.state == "connected"
+        """,
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*test_unmarked is an async test*strict mode*@pytest.mark.asyncio*"]
+    )
+
+
+def test_without_pytest_asyncio_one_line_says_so(pytester: pytest.Pytester) -> None:
+    result = run(
+        pytester,
+        """
+        async def test_needs_loop(avatar_session):
+            pass
+        """,
+        "-p",
+        "no:asyncio",
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*need pytest-asyncio, which is installed but disabled*"])
+
+
+def test_importing_the_plugin_is_cheap() -> None:
+    """An unrelated project's pytest run loads the plugin: no Socket.IO, WebRTC or staging."""
+    code = (
+        "import sys, avatar_sdk.testing.pytest_plugin\n"
+        "heavy = [m for m in ('socketio', 'aiortc', 'aiohttp', 'numpy', 'avatar_sdk.session',"
+        " 'avatar_sdk.testing.server') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# -- expect_events -----------------------------------------------------------------------------
+async def test_expect_events_in_order_with_others_between(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session()
+    await session.connect()
+    waiter = expect_events(
+        session, ["reconnecting", ("reconnected", {"tier": "socket", "recovered": True})], 5
+    )
+    await staging.faults.drop_socket()
+    events = await waiter
+    assert [e.name for e in events] == ["reconnecting", "reconnected"]
+    assert await waiter is events  # awaiting again gives the same result
+
+
+async def test_expect_events_says_what_came_instead(make_session: SessionFactory) -> None:
+    session = make_session()
+    await session.connect()
+    waiter = expect_events(session, ["agent_text", "reconnected"], timeout=1.0)
+    await session.speak("hi")
+    with pytest.raises(AssertionError, match=r"'reconnected' not within 1s.*agent_turn_ended"):
+        await waiter
+
+
+async def test_expect_events_fails_when_the_session_ends_first(
+    make_session: SessionFactory,
+) -> None:
+    session = make_session()
+    await session.connect()
+    waiter = expect_events(session, ["reconnected"], timeout=5)
+    await session.close()
+    with pytest.raises(AssertionError, match=r"the session ended first.*ended"):
+        await waiter
+
+
+def test_without_pytest_asyncio_installed_one_line_says_how(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text("async def test_it(avatar_session):\n    pass\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "class Hide:  # as if pytest-asyncio were not installed\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pytest_asyncio':\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['--assert=plain', '-p', 'no:asyncio', '-p', 'no:randomly', '-p',"
+        " 'no:cacheprovider', 'test_user.py']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "need pytest-asyncio, which is not installed: pip install 'avatar-sdk[testing]'" in (
+        out.stdout
+    )
