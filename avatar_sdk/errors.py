@@ -52,6 +52,7 @@ class ErrorCode(StrEnum):
     INVALID_ARGUMENT = "invalid_argument"
     CLOSED = "closed"
     INTERNAL = "internal"
+    UNREACHABLE = "unreachable"
 
 
 class Category(StrEnum):
@@ -155,6 +156,9 @@ CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
     ),
     ErrorCode.INVALID_ARGUMENT: CodeInfo(_E, False, Category.CLIENT, "An argument was invalid."),
     ErrorCode.CLOSED: CodeInfo(_E, False, Category.CLIENT, "The session is closed."),
+    ErrorCode.UNREACHABLE: CodeInfo(
+        _E, True, Category.NETWORK, "The server could not be reached (the connection never opened)."
+    ),
     ErrorCode.INTERNAL: CodeInfo(
         _F, False, Category.CLIENT, "An internal task of the SDK failed (a bug: please report)."
     ),

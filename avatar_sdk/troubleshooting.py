@@ -96,10 +96,15 @@ ADVICE: Final[dict[ErrorCode, Advice]] = {
         "Nothing: recovery handles it. If every recovery ends here, the media server is "
         "dropping sessions; report it.",
     ),
+    _C.UNREACHABLE: Advice(
+        "The connection never opened: the host name did not resolve, or nothing accepted "
+        "the connection at that host and port (the message names which). Retryable.",
+        "Check the URL's host and port, that the backend is running and listening there, "
+        "and your DNS; during a session the recovery tiers retry it.",
+    ),
     _C.TRANSPORT_CLOSED: Advice(
-        "The connection to the server closed or could not be opened (connection refused, "
-        "host not found, reset), or the chat API answered 5xx. Retryable: the recovery "
-        "tiers try again.",
+        "The connection to the server closed (reset, dropped), or the chat API answered "
+        "5xx. Retryable: the recovery tiers try again.",
         "Check the host and port in the message, your network, and that the backend is "
         "up; during a session the socket and cold tiers handle it without you.",
     ),

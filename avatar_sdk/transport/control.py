@@ -25,7 +25,7 @@ from ..errors import AvatarError, ErrorCode
 from ..redact import register_secret
 from .csr import RecoveringAsyncClient, is_recoverable
 from .frame_guard import ProtocolErrorSink, guarded_websocket
-from .tls import connector, tls_error
+from .tls import connector, tls_error, unreachable_error
 
 log = logging.getLogger(__name__)
 
@@ -178,15 +178,11 @@ class ControlChannel:
             await self._drop_quietly()
             if client.refusal is not None:
                 raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(client.refusal)) from None
-            # engineio wraps an aiohttp certificate error: the cause hangs on __context__.
-            raise tls_error(exc, "Socket.IO") or AvatarError(
-                ErrorCode.TRANSPORT_CLOSED, type(exc).__name__
-            ) from None
+            # engineio wraps the aiohttp error it met: the cause hangs on __context__.
+            raise self._classify(exc) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             await self._drop_quietly()
-            raise tls_error(exc, "Socket.IO") or AvatarError(
-                ErrorCode.TRANSPORT_CLOSED, type(exc).__name__
-            ) from None
+            raise self._classify(exc) from None
         self.connect_count += 1
         self.last_activity = self._now()
         return ConnectOutcome(
@@ -194,6 +190,14 @@ class ControlChannel:
             recovered=bool(client.recovered),
             replayed=client.replayed,
             duration=time.monotonic() - started,
+        )
+
+    def _classify(self, exc: BaseException) -> AvatarError:
+        """Why the socket did not open: TLS, an unreachable host, or a lost connection."""
+        return (
+            tls_error(exc, "Socket.IO")
+            or unreachable_error(exc, "Socket.IO")
+            or AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__)
         )
 
     async def _drop_quietly(self) -> None:

@@ -10,6 +10,7 @@ first is a configuration fault a retry cannot fix, the second is not.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from pathlib import Path
 
@@ -128,3 +129,30 @@ def tls_error(exc: BaseException, what: str) -> AvatarError | None:
         return None
     joint = " " if reason.startswith("to ") else ": "
     return AvatarError(ErrorCode.TLS_FAILED, f"{what}{joint}{reason}")
+
+
+def unreachable_error(exc: BaseException, what: str) -> AvatarError | None:
+    """``AvatarError(UNREACHABLE)`` when ``exc`` (or what it wraps) says the connection never
+    opened: the host name did not resolve, or nothing accepted the connection. It names the
+    host and port, and never says "lost" for a connection that never existed."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, aiohttp.ClientConnectorDNSError):
+            return AvatarError(ErrorCode.UNREACHABLE, f"{what}: host not found: {current.host}")
+        if isinstance(current, aiohttp.ClientConnectorError):
+            where = f"{current.host}:{current.port}"
+            os_error = current.os_error
+            if isinstance(os_error, socket.gaierror):
+                return AvatarError(ErrorCode.UNREACHABLE, f"{what}: host not found: {current.host}")
+            if isinstance(os_error, ConnectionRefusedError):
+                return AvatarError(
+                    ErrorCode.UNREACHABLE, f"{what}: connection refused by {where} (not listening?)"
+                )
+            return AvatarError(
+                ErrorCode.UNREACHABLE,
+                f"{what}: cannot connect to {where} ({type(os_error).__name__})",
+            )
+        current = current.__cause__ or current.__context__
+    return None

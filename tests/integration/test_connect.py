@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import pytest
@@ -205,3 +206,34 @@ async def test_context_manager(staging: StagingServer) -> None:
     ) as session:
         assert session.state == "connected"
     assert session.state == "ended"
+
+
+async def test_a_refused_connection_says_so_with_host_and_port(
+    make_session: SessionFactory,
+) -> None:
+    """Issue 10: "connection refused" and "host not found" read as what they are, never
+    "the connection was lost" for a connection that never opened."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    session = make_session(url=f"http://127.0.0.1:{port}")
+    with pytest.raises(AvatarError) as refused:
+        await session.connect()
+    assert refused.value.code is ErrorCode.UNREACHABLE
+    assert f"connection refused by 127.0.0.1:{port}" in str(refused.value)
+    assert "lost" not in str(refused.value)
+
+
+async def test_a_host_that_does_not_resolve_says_host_not_found(
+    make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_such_host(*args: object, **kwargs: object) -> object:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)  # no DNS traffic from a test
+    session = make_session(url="http://no-such-host.invalid:8765")
+    with pytest.raises(AvatarError) as refused:
+        await session.connect()
+    assert refused.value.code is ErrorCode.UNREACHABLE
+    assert "host not found: no-such-host.invalid" in str(refused.value)

@@ -126,7 +126,7 @@ async def test_nobody_listening_is_a_bounded_classified_failure(
     session = make_session(url="http://127.0.0.1:9")
     with pytest.raises(AvatarError) as info:
         await session.connect()
-    assert info.value.code in (ErrorCode.TRANSPORT_CLOSED, ErrorCode.CONNECT_TIMEOUT)
+    assert info.value.code in (ErrorCode.UNREACHABLE, ErrorCode.CONNECT_TIMEOUT)
     assert session.state == "failed"
 
 
