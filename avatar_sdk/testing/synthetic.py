@@ -16,15 +16,16 @@ the timestamps jump forward instead, as a live source's would.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import fractions
+import functools
 import math
 import time
 from collections.abc import Callable
 
 import av
+import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 __all__ = [
@@ -181,6 +182,19 @@ def read_frame_counter(frame: av.VideoFrame) -> int | None:
     return word & 0xFFFFFF
 
 
+@functools.lru_cache(maxsize=16)
+def _tone_second(frequency: float, amplitude: float) -> bytes:
+    """One second of the tone plus one frame (any slice is contiguous), s16, shared.
+
+    An integer frequency loops seamlessly. Computed once per (frequency, amplitude) with
+    numpy rather than per track with a ``math.sin`` per sample (~50k calls per session).
+    """
+    peak = amplitude * 32767
+    index = np.arange(AUDIO_RATE + AUDIO_FRAME, dtype=np.int64) % AUDIO_RATE
+    samples = np.rint(peak * np.sin(2 * math.pi * frequency * index / AUDIO_RATE))
+    return samples.astype(np.int16).tobytes()
+
+
 class ToneTrack(_PacedTrack):
     """48 kHz mono audio: a sine while ``active()`` is true, silence otherwise."""
 
@@ -196,17 +210,7 @@ class ToneTrack(_PacedTrack):
     ) -> None:
         super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
         self.active = active
-        peak = max(0.0, min(1.0, amplitude)) * 32767
-        # One second of the tone (plus one frame, so any slice is contiguous): an integer
-        # frequency loops seamlessly.
-        samples = array.array(
-            "h",
-            (
-                round(peak * math.sin(2 * math.pi * frequency * (i % AUDIO_RATE) / AUDIO_RATE))
-                for i in range(AUDIO_RATE + AUDIO_FRAME)
-            ),
-        )
-        self._tone = samples.tobytes()
+        self._tone = _tone_second(float(frequency), max(0.0, min(1.0, amplitude)))
         self._silence = bytes(AUDIO_FRAME * 2)
         self._pts = 0
         self.tone_frames = 0
@@ -235,17 +239,25 @@ _SAMPLE_TYPES["s32"] = _SAMPLE_TYPES["s32p"] = ("i", 2147483648.0)
 
 
 def audio_rms(frame: av.AudioFrame) -> float:
-    """RMS of every sample of ``frame``, full scale = 1.0 (0.0 for an unknown format)."""
+    """RMS of every sample of ``frame``, full scale = 1.0 (0.0 for an unknown format).
+
+    numpy over the planes' buffers: the staging server levels every uplink frame of
+    every session, so this must not loop over samples in Python.
+    """
     kind = _SAMPLE_TYPES.get(frame.format.name)
     if kind is None or not frame.samples:
         return 0.0
     code, scale = kind
+    dtype = np.dtype(code)
     per_plane = frame.samples * (1 if frame.format.is_planar else len(frame.layout.channels))
     total = 0.0
     count = 0
     for plane in frame.planes:
-        values = array.array(code)
-        values.frombytes(bytes(plane)[: per_plane * values.itemsize])
-        total += math.fsum(v * v for v in values)
-        count += len(values)
+        view = memoryview(plane)
+        values = np.frombuffer(
+            view, dtype=dtype, count=min(per_plane, view.nbytes // dtype.itemsize)
+        )
+        wide = values.astype(np.float64)
+        total += float(np.dot(wide, wide))
+        count += values.size
     return math.sqrt(total / count) / scale if count else 0.0
