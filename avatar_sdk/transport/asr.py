@@ -4,6 +4,13 @@ The peer never sees the application's track directly: it sends an :class:`Uplink
 wraps it. Muting, swapping the source (``switch_audio``) and surviving a failing device
 then happen inside that wrapper, with no renegotiation, and the RTP timestamps stay
 continuous whatever the source does.
+
+A source may also yield Opus ``av.Packet``s (48 kHz; the uplink negotiates Opus only,
+PROTOCOL.md): they go out as they are, with no decode or encode on our side, which is the
+cheapest uplink. Each peer keeps one RTP timeline: once a packet went out on it, PCM frames
+(a PCM source, mute, silence) are encoded on the loop by that peer's own mono voice
+encoder instead of aiortc's, whose timestamps restart at its first frame and whose
+resampler rejects a gap in frame pts.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ import asyncio
 import fractions
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import av
+import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
@@ -50,6 +59,89 @@ def _silence(samples: int = FRAME_SAMPLES, rate: int = SAMPLE_RATE) -> av.AudioF
     return frame
 
 
+#: Opus TOC config (bits 7..3) -> samples per frame at 48 kHz (RFC 6716 section 3.1).
+_OPUS_FRAME_SAMPLES = (
+    (480, 960, 1920, 2880) * 3  # SILK NB/MB/WB: 10, 20, 40, 60 ms
+    + (480, 960) * 2  # hybrid SWB/FB: 10, 20 ms
+    + (120, 240, 480, 960) * 4  # CELT NB/WB/SWB/FB: 2.5, 5, 10, 20 ms
+)
+
+#: The encoder settings of a voice uplink: one channel, a speech bitrate.
+VOICE_BITRATE = 32_000
+
+
+def opus_packet_samples(packet: bytes) -> int | None:
+    """Samples (48 kHz) one Opus packet holds, from its TOC byte; None when unreadable."""
+    if not packet:
+        return None
+    toc = packet[0]
+    per_frame = _OPUS_FRAME_SAMPLES[toc >> 3]
+    code = toc & 3
+    if code == 0:
+        return per_frame
+    if code in (1, 2):
+        return 2 * per_frame
+    if len(packet) < 2:
+        return None
+    return (packet[1] & 0x3F) * per_frame
+
+
+def _packet_samples(packet: av.Packet[Any]) -> int:
+    """How far a packet moves the uplink's clock: its duration, else its TOC, else 20 ms."""
+    if packet.duration and packet.time_base:
+        return int(packet.duration * packet.time_base * SAMPLE_RATE)
+    return opus_packet_samples(bytes(packet)) or FRAME_SAMPLES
+
+
+#: A 20 ms CELT frame with the silence flag (TOC 0xF8: fullband, 20 ms, one frame). Any
+#: Opus decoder turns it into exact zeros at once, whatever it decoded before, where a
+#: fresh encoder's silence leaves a -110 dBFS residue in a decoder fed by another encoder.
+OPUS_SILENCE = b"\xf8\xff\xfe"
+
+
+def opus_silence() -> av.Packet[Any]:
+    """20 ms of pre-encoded silence: costs no encoding (mute on an encoded uplink)."""
+    packet = av.Packet(OPUS_SILENCE)
+    packet.duration = FRAME_SAMPLES
+    packet.time_base = _TIME_BASE
+    return packet
+
+
+def _is_digital_silence(frame: av.AudioFrame) -> bool:
+    """An s16 48 kHz frame of whole 20 ms blocks, all zero (what mute and no source send)."""
+    if frame.format.name != "s16" or frame.sample_rate != SAMPLE_RATE:
+        return False
+    if not frame.samples or frame.samples % FRAME_SAMPLES:
+        return False
+    size = frame.samples * 2 * len(frame.layout.channels)
+    view = memoryview(frame.planes[0])[:size]
+    return not np.any(np.frombuffer(view, dtype=np.uint8))
+
+
+class _VoiceEncoder:
+    """Opus for one peer once it carries packets: mono, voip, :data:`VOICE_BITRATE`."""
+
+    def __init__(self) -> None:
+        self._codec: Any = av.CodecContext.create("libopus", "w")
+        self._codec.sample_rate = SAMPLE_RATE
+        self._codec.format = "s16"
+        self._codec.layout = "mono"
+        self._codec.time_base = _TIME_BASE
+        self._codec.bit_rate = VOICE_BITRATE
+        self._codec.options = {"application": "voip"}
+        self._resampler = av.AudioResampler(
+            format="s16", layout="mono", rate=SAMPLE_RATE, frame_size=FRAME_SAMPLES
+        )
+
+    def encode(self, frame: av.AudioFrame) -> list[av.Packet[Any]]:
+        frame.pts = None  # the peer stamps the packets; the resampler must not check gaps
+        packets: list[av.Packet[Any]] = []
+        for chunk in self._resampler.resample(frame):
+            chunk.pts = None
+            packets.extend(self._codec.encode(chunk))
+        return packets
+
+
 class UplinkTrack(MediaStreamTrack):
     """What the ASR peer sends: the current source, silenced when muted or absent."""
 
@@ -75,13 +167,13 @@ class UplinkTrack(MediaStreamTrack):
         """Send from ``source`` from the next frame on (None: silence)."""
         self._source = source
 
-    async def recv(self) -> av.AudioFrame:
+    async def recv(self) -> av.AudioFrame | av.Packet[Any]:
         if self.readyState != "live":
             raise MediaStreamError
         return await self.produce()
 
-    async def produce(self) -> av.AudioFrame:
-        """The next frame to send (whoever asks: each peer reads through its own relay)."""
+    async def produce(self) -> av.AudioFrame | av.Packet[Any]:
+        """The next frame or Opus packet to send (each peer reads through its own relay)."""
         frame: av.AudioFrame | None = None
         source = self._source
         if source is not None:
@@ -90,6 +182,16 @@ class UplinkTrack(MediaStreamTrack):
                 if isinstance(got, av.AudioFrame):
                     frame = got
                     self.source_frames += 1
+                elif isinstance(got, av.Packet):
+                    self.source_frames += 1
+                    samples = _packet_samples(got)
+                    if not self.muted:
+                        got.pts = self._pts
+                        got.time_base = _TIME_BASE
+                        self._pts += samples
+                        self.frames_sent += 1
+                        return got
+                    frame = _silence(samples)  # muted: the peer encodes the silence
             except MediaStreamError:
                 self._source = None  # the source ended: carry on with silence
             except Exception as exc:
@@ -135,12 +237,44 @@ class _PeerTrack(MediaStreamTrack):
         #: next frame only once the previous one's RTP packets went out, so this is the
         #: moment to look at its ``packetsSent`` again (see AsrUplink.wait_sending).
         self.pulled = asyncio.Event()
+        #: Uplink pts of this peer's first output: its RTP timeline starts there, as
+        #: aiortc's encoder starts its timestamps at its first frame.
+        self._base: int | None = None
+        #: Set by the first packet: from then on this peer sends packets only.
+        self._encoder: _VoiceEncoder | None = None
+        self._encoded: deque[av.Packet[Any]] = deque()
+        self._next_pts = 0  # this peer's timeline after the last packet sent
 
-    async def recv(self) -> av.AudioFrame:
+    async def recv(self) -> av.AudioFrame | av.Packet[Any]:
         self.pulled.set()
-        if self.readyState != "live" or self._uplink.readyState != "live":
-            raise MediaStreamError
-        return await self._uplink.produce()
+        while True:
+            if self._encoded:
+                return self._stamp(self._encoded.popleft(), None)
+            if self.readyState != "live" or self._uplink.readyState != "live":
+                raise MediaStreamError
+            out = await self._uplink.produce()
+            if self._base is None:
+                self._base = out.pts or 0
+            if isinstance(out, av.Packet):
+                if self._encoder is None:
+                    self._encoder = _VoiceEncoder()
+                return self._stamp(out, (out.pts or 0) - self._base)
+            if self._encoder is None:
+                return out  # PCM only so far: aiortc encodes it
+            # A gap (samples sent as packets meanwhile) moves the timeline forward.
+            self._next_pts = max(self._next_pts, (out.pts or 0) - self._base)
+            if _is_digital_silence(out):
+                self._encoded.extend(opus_silence() for _ in range(out.samples // FRAME_SAMPLES))
+            else:
+                self._encoded.extend(self._encoder.encode(out))
+
+    def _stamp(self, packet: av.Packet[Any], pts: int | None) -> av.Packet[Any]:
+        """``packet`` at ``pts`` on this peer's timeline (None: right after the last one)."""
+        at = self._next_pts if pts is None else max(pts, self._next_pts)
+        packet.pts = at
+        packet.time_base = _TIME_BASE
+        self._next_pts = at + _packet_samples(packet)
+        return packet
 
 
 class AsrUplink:
