@@ -445,7 +445,8 @@ class ChatSession(EventSource):
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
             try:
-                await asyncio.wait_for(self._turn_done.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self._turn_done.wait()
             except TimeoutError:
                 log.warning("a chat turn did not stop within %.1fs of close()", grace)
         if self._thread_id is not None:

@@ -126,9 +126,8 @@ class Endings:
         exit. Never raises."""
         label = {"closed": "close", "conversation_ended": "server_ended"}.get(reason, reason)
         try:
-            payload = await asyncio.wait_for(
-                self.completion.complete(reason=label), self.config.close_timeout
-            )
+            async with asyncio.timeout(self.config.close_timeout):
+                payload = await self.completion.complete(reason=label)
         except TimeoutError:
             payload = {
                 "thread_id": self.completion.thread_id,

@@ -465,7 +465,8 @@ class MicrophoneSource(MediaStreamTrack):
                 raise MediaStreamError
             self._wakeup.clear()
             try:
-                await asyncio.wait_for(self._wakeup.wait(), self.stall_timeout)
+                async with asyncio.timeout(self.stall_timeout):
+                    await self._wakeup.wait()
             except TimeoutError:
                 raise self._fail(
                     device_error(

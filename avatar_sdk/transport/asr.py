@@ -332,7 +332,8 @@ class AsrUplink:
 
     async def wait_connected(self, timeout: float) -> None:
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
         except TimeoutError:
             raise AvatarError(
                 ErrorCode.ASR_FAILED, f"uplink not connected within {timeout:.3g}s"
@@ -368,7 +369,8 @@ class AsrUplink:
                     ErrorCode.ASR_FAILED, f"uplink connected but sent no RTP within {timeout:.3g}s"
                 )
             try:
-                await asyncio.wait_for(pulled.wait(), left)
+                async with asyncio.timeout(left):
+                    await pulled.wait()
             except TimeoutError:
                 continue
 

@@ -161,16 +161,14 @@ class ControlChannel:
         client = self._client
         started = time.monotonic()
         try:
-            await asyncio.wait_for(
-                client.connect(
+            async with asyncio.timeout(timeout):
+                await client.connect(
                     self._url(),
                     auth=self._auth,
                     transports=["websocket"],
                     socketio_path="socket.io",
                     wait_timeout=max(timeout, 0.05),
-                ),
-                timeout,
-            )
+                )
         except TimeoutError:
             await self._drop_quietly()
             raise AvatarError(ErrorCode.CONNECT_TIMEOUT, "socket open timed out") from None
@@ -231,7 +229,8 @@ class ControlChannel:
         client = self._client
         if client is not None:
             try:
-                await asyncio.wait_for(client.close_gracefully(timeout), timeout + 0.1)
+                async with asyncio.timeout(timeout + 0.1):
+                    await client.close_gracefully(timeout)
             except (TimeoutError, Exception):
                 await self._drop_quietly()
         if self._http is not None:

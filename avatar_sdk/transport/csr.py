@@ -196,8 +196,10 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
                 for ns in list(self.namespaces):
                     await self._send_packet(self.packet_class(sio_packet.DISCONNECT, namespace=ns))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.eio.queue.join(), timeout / 2)
-            await asyncio.wait_for(self.eio.disconnect(), timeout / 2)
+                    async with asyncio.timeout(timeout / 2):
+                        await self.eio.queue.join()
+            async with asyncio.timeout(timeout / 2):
+                await self.eio.disconnect()
         except (TimeoutError, OSError, RuntimeError) as exc:
             log.debug("graceful disconnect incomplete: %s; aborting transport", type(exc).__name__)
             await self.abort()
@@ -266,7 +268,8 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         #    sends one, and aiohttp drops the TCP connection when the wait is cut short.
         if ws is not None and not ws.closed:
             try:
-                await asyncio.wait_for(ws.close(), _CLOSE_ANSWER_GRACE)
+                async with asyncio.timeout(_CLOSE_ANSWER_GRACE):
+                    await ws.close()
             except TimeoutError:
                 log.debug("no close answer within %.2fs: connection dropped", _CLOSE_ANSWER_GRACE)
             except (aiohttp.ClientError, OSError, RuntimeError) as exc:
@@ -276,7 +279,8 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         #    nor waits; only now may the session reconnect on this client.
         if still_ours() and eio.state == "connected":
             with best_effort("engine.io disconnect", log):
-                await asyncio.wait_for(eio.disconnect(abort=True), _LOOP_EXIT_TIMEOUT)
+                async with asyncio.timeout(_LOOP_EXIT_TIMEOUT):
+                    await eio.disconnect(abort=True)
         if still_ours() and eio.state != "disconnected":
             with best_effort("engine.io reset", log):
                 await eio._reset()

@@ -155,7 +155,8 @@ async def close_ice_connection(connection: Any, timeout: float) -> None:
     if gathering is not None and not gathering.done():
         await asyncio.wait({gathering}, timeout=max(_MIN_STEP, deadline - loop.time()))
     with best_effort("closing an ICE connection", log):
-        await asyncio.wait_for(connection.close(), max(_MIN_STEP, deadline - loop.time()))
+        async with asyncio.timeout(max(_MIN_STEP, deadline - loop.time())):
+            await connection.close()
 
 
 async def close_peer(pc: RTCPeerConnection, timeout: float) -> None:
@@ -170,7 +171,8 @@ async def close_peer(pc: RTCPeerConnection, timeout: float) -> None:
     deadline = loop.time() + max(0.0, timeout)
     connections = ice_connections(pc)
     with best_effort("closing a peer connection", log):  # a timeout included
-        await asyncio.wait_for(pc.close(), max(_MIN_STEP, timeout))
+        async with asyncio.timeout(max(_MIN_STEP, timeout)):
+            await pc.close()
     gathering = {
         task
         for connection in connections

@@ -177,7 +177,8 @@ class MediaLanes:
         re-reads :meth:`down_channels`.
         """
         try:
-            await asyncio.wait_for(self.peer_down.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.peer_down.wait()
         except TimeoutError:
             return False
         self.peer_down.clear()
@@ -261,7 +262,8 @@ class MediaLanes:
         self, fut: asyncio.Future[InboundEvent], timeout: float, what: str, code: ErrorCode
     ) -> InboundEvent:
         try:
-            return await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                return await fut
         except TimeoutError:
             raise AvatarError(code, f"no {what} within {timeout:.3g}s") from None
 
@@ -397,7 +399,8 @@ class MediaLanes:
         if jobs:
             # Each close is bounded and leaves no socket; this bound only caps the total.
             with best_effort("closing the media peers", log):
-                await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), timeout + 0.2)
+                async with asyncio.timeout(timeout + 0.2):
+                    await asyncio.gather(*jobs, return_exceptions=True)
         if self._http is not None:
             with best_effort("closing the WHEP HTTP session", log):
                 await self._http.close()

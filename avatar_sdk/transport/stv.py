@@ -215,7 +215,8 @@ class StvDownlink:
     async def wait_first_frame(self, kind: str, timeout: float) -> bool:
         """True once a frame of ``kind`` was decoded, False after ``timeout``."""
         try:
-            await asyncio.wait_for(self._first[kind].wait(), max(timeout, 0.0))
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._first[kind].wait()
         except TimeoutError:
             return False
         return True
