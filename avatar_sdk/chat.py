@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import ssl as ssl_module
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +40,7 @@ from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards, ToolHandler
 from .lifecycle import CompletionSignal, default_hooks
 from .redact import register_secret
 from .transport.genie import CONVERSE_PATH, GenieClient
+from .transport.tls import client_context, connector, tls_error, unreachable_error
 from .urls import check_url
 from .wire import AgentEndTurn, AgentRawText, AgentStartSpeech, BrainSegment
 from .wire.errors import ProtocolError
@@ -150,6 +152,8 @@ class ChatSession(EventSource):
         allow_insecure_transport: bool = False,
         request_vars: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        ca_file: str | None = None,
     ) -> None:
         if not isinstance(token, str) or not token.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
@@ -161,6 +165,8 @@ class ChatSession(EventSource):
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
         self._request_vars = check_request_vars(request_vars)
+        # One TLS trust for the converse stream and the genie calls (a private CA: ca_file).
+        self._tls = client_context(ssl, ca_file, allow_insecure=allow_insecure_transport)
         if config is not None and not isinstance(config, SessionConfig):
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -332,8 +338,10 @@ class ChatSession(EventSource):
             raise AvatarError(ErrorCode.CONNECT_TIMEOUT, "converse request") from exc
         except (aiohttp.ClientError, OSError) as exc:
             log.info("converse failed: %s", type(exc).__name__)
-            raise AvatarError(
-                ErrorCode.TRANSPORT_CLOSED, f"converse: {type(exc).__name__}"
+            raise (
+                tls_error(exc, "converse")
+                or unreachable_error(exc, "converse")
+                or AvatarError(ErrorCode.TRANSPORT_CLOSED, f"converse: {type(exc).__name__}")
             ) from exc
 
     async def _read(self, resp: aiohttp.ClientResponse, turn: _Turn) -> None:
@@ -406,7 +414,7 @@ class ChatSession(EventSource):
             timeout = aiohttp.ClientTimeout(
                 total=None, connect=self.config.server_connect_timeout or None
             )
-            self._http = aiohttp.ClientSession(timeout=timeout)
+            self._http = aiohttp.ClientSession(timeout=timeout, connector=connector(self._tls))
             self._genie = GenieClient(self._genie_url, self.__token, http=self._http)
             self._completion.genie = self._genie
         return self._http

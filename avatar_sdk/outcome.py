@@ -1,4 +1,4 @@
-"""What the recovery parts share: the link slot, a recovery's outcome, its bookkeeping."""
+"""What the session's parts share: the link slot, a recovery's outcome, the counters."""
 
 from __future__ import annotations
 
@@ -45,3 +45,24 @@ def record_recovery(stats: dict[str, Any], tier: str, duration: float) -> None:
     durations = stats["recovery_durations"][tier]
     durations.append(duration)
     del durations[:-100]
+
+
+def new_stats() -> dict[str, Any]:
+    """A session's counters, empty (``AvatarSession.stats()`` returns a copy)."""
+    return {
+        "reconnects": {"socket": 0, "media": 0, "cold": 0},
+        "recovery_durations": {"socket": [], "media": [], "cold": []},
+        "events_in": 0,
+        "events_out": 0,
+        "protocol_errors": 0,
+        "connect_duration": None,
+    }
+
+
+def stats_snapshot(stats: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A copy of ``stats`` the caller may keep (nested counters copied too)."""
+    snapshot = dict(stats)
+    snapshot["reconnects"] = dict(stats["reconnects"])
+    snapshot["recovery_durations"] = {k: list(v) for k, v in stats["recovery_durations"].items()}
+    snapshot.update(extra)
+    return snapshot

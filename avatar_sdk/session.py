@@ -29,7 +29,7 @@ from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
 from .machine import Health, SessionMachine
-from .outcome import LinkSlot, Outcome
+from .outcome import LinkSlot, Outcome, new_stats, stats_snapshot
 from .redact import register_secret
 from .supervisor import Supervisor
 from .tiers import RecoveryController
@@ -121,14 +121,7 @@ class AvatarSession(EventSource):
         self._view = ConversationView(thread_id=thread_id)
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False
-        self._stats: dict[str, Any] = {
-            "reconnects": {"socket": 0, "media": 0, "cold": 0},
-            "recovery_durations": {"socket": [], "media": [], "cold": []},
-            "events_in": 0,
-            "events_out": 0,
-            "protocol_errors": 0,
-            "connect_duration": None,
-        }
+        self._stats = new_stats()
         # events() buffers: their default bound, and their drops counted into stats().
         self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
         self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
@@ -231,13 +224,7 @@ class AvatarSession(EventSource):
 
     def stats(self) -> dict[str, Any]:
         """Counters: reconnects per tier, recovery durations (s), events in and out."""
-        snapshot = dict(self._stats)
-        snapshot["reconnects"] = dict(self._stats["reconnects"])
-        snapshot["recovery_durations"] = {
-            k: list(v) for k, v in self._stats["recovery_durations"].items()
-        }
-        snapshot["events_emitted"] = self._bus.emitted
-        return snapshot
+        return stats_snapshot(self._stats, events_emitted=self._bus.emitted)
 
     def notify_network_change(self) -> None:
         """The host's network changed: probe the control socket at once."""

@@ -13,7 +13,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiortc import RTCConfiguration
 
-from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk import AvatarError, AvatarSession, ChatSession, ErrorCode
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.tls import TestCA
 from avatar_sdk.transport.genie import GenieClient
@@ -197,3 +197,18 @@ def test_bad_tls_arguments_are_invalid(kwargs: dict[str, object]) -> None:
     with pytest.raises(AvatarError) as info:
         AvatarSession("https://backend.example", "tok", **kwargs)  # type: ignore[arg-type]
     assert info.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_chat_session_trusts_a_private_ca_and_refuses_without_it(
+    tls_staging: StagingServer, ca: TestCA
+) -> None:
+    """The HTTP text transport takes the same trust as AvatarSession (``ca_file=``/``ssl=``)
+    for its converse stream and its genie calls, and says ``tls_failed`` without it."""
+    async with ChatSession(tls_staging.genie_url, tls_staging.token, ca_file=ca.ca_file) as chat:
+        reply = await chat.send("hello over TLS", timeout=10)
+        assert reply.text
+    async with ChatSession(tls_staging.genie_url, tls_staging.token) as untrusted:
+        with pytest.raises(AvatarError) as refused:
+            await untrusted.send("hello", timeout=10)
+    assert refused.value.code is ErrorCode.TLS_FAILED
+    assert tls_staging.token not in str(refused.value)
