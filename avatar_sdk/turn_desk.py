@@ -45,6 +45,9 @@ log = logging.getLogger("avatar_sdk.session")
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
 MAX_HELD_TURNS = 32
+#: Longest an uninterruptible agent turn (the greeting) may hold user turns, seconds: a
+#: spoken greeting lasts seconds; past this its closing events are taken as lost.
+UNINTERRUPTIBLE_CAP = 60.0
 #: States in which a turn can go out now (with the agent there).
 _USABLE = ("connected", "recovering_media")
 #: States in which a turn waits for the session to be usable again.
@@ -106,8 +109,8 @@ class TurnDesk:
             raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._held.append((text, fut))  # in spoken order, whatever releases it
-        if self._usable() and await self._past_expected():
-            await self.flush(join=True)  # no greeting came: nothing else will release it
+        if self._usable() and (await self._past_expected() or not await self._gate_opens()):
+            await self.flush(join=True)  # nothing else will release it
         await fut
 
     def _usable(self) -> bool:
@@ -189,11 +192,26 @@ class TurnDesk:
         self._sync_gate()
         return True
 
+    async def _gate_opens(self) -> bool:
+        """Wait for a running uninterruptible turn to end, at most
+        :data:`UNINTERRUPTIBLE_CAP`; False (and the gate forced open) when it never closed:
+        a server that loses the closing events must not hold the user's turns forever."""
+        if self._gate_open.is_set():
+            return True
+        await sleep_or(self._clock, UNINTERRUPTIBLE_CAP, self._gate_open)
+        if self._gate_open.is_set():
+            return True
+        log.warning(
+            "an uninterruptible turn did not end within %gs; sending turns", UNINTERRUPTIBLE_CAP
+        )
+        self.reset_gate()
+        return False
+
     async def _until_interruptible(self) -> None:
         """Until the server would take a typed turn: past the expected greeting, then until
-        the uninterruptible turn's closing events (or the session's end)."""
+        the uninterruptible turn's closing events (bounded, see :meth:`_gate_opens`)."""
         await self._past_expected()
-        await self._gate_open.wait()
+        await self._gate_opens()
 
     # -- after a recovery -------------------------------------------------------------------
     def after_recovery(self, tier: str) -> Coroutine[Any, Any, None]:

@@ -11,12 +11,14 @@ import pytest
 from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.guards import ConversationGuards
+from avatar_sdk.lifecycle import IdleTimer
 from avatar_sdk.machine import SessionMachine
 from avatar_sdk.router import route
 from avatar_sdk.supervisor import Supervisor
 from avatar_sdk.tiers import LinkSlot, Outcome, RecoveryController
+from avatar_sdk.turn_desk import UNINTERRUPTIBLE_CAP, TurnDesk
 from avatar_sdk.turns import TurnLedger
-from avatar_sdk.wire import In, StvStartedTalking, make_speech_id, parse_event
+from avatar_sdk.wire import AgentStartSpeech, In, StvStartedTalking, make_speech_id, parse_event
 
 # -- turn ledger ----------------------------------------------------------------------------
 
@@ -331,3 +333,35 @@ def test_an_exact_match_wins_over_a_prefix() -> None:
     ledger.sent("hello there friend")
     assert ledger.observe_speech_id(make_speech_id("transcript", "hello there"))
     assert [t.text for t in ledger.unconfirmed()] == ["hello there friend"]
+
+
+async def test_a_greeting_that_never_ends_holds_turns_only_for_the_cap() -> None:
+    """A server that loses the greeting's closing events must not hold a user's turn
+    forever: after ``UNINTERRUPTIBLE_CAP`` the turn goes out (fake clock)."""
+    machine = SessionMachine(strict=True)
+    for trigger in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):
+        machine.fire(trigger)
+    machine.fire("approved")
+    clock = FakeClock()
+    sent: list[Any] = []
+
+    async def send(event: str, payload: Any) -> None:
+        sent.append(payload)
+
+    config = SessionConfig(brain_stall_timeout=0)
+    desk = TurnDesk(
+        config=config, machine=machine, clock=clock, send=send,
+        guards=ConversationGuards(config, lambda n, d: None, clock=clock),
+        idle=IdleTimer(0, lambda: None, clock=clock), emit=lambda n, d: None, stats={},
+    )  # fmt: skip
+    greeting = make_speech_id("approved-permissions", nonce="Gr33")
+    desk.observe_turn(AgentStartSpeech(speech_id=greeting, turn_id="t1", is_new_turn=True))
+    speaking = asyncio.ensure_future(desk.speak("anyone there?"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sent == [] and not speaking.done()  # held while the greeting runs
+    await clock.advance(UNINTERRUPTIBLE_CAP - 1)
+    assert sent == []
+    await clock.advance(2)
+    await asyncio.wait_for(speaking, 1)
+    assert any(isinstance(p, dict) and p.get("text") == "anyone there?" for p in sent)
