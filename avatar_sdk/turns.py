@@ -92,12 +92,11 @@ class TurnLedger:
 
     def observe_speech_id(self, raw: str | None) -> bool:
         """A server event carried ``raw`` as its speechId; True if it confirmed a turn."""
-        if not raw:
+        # Hot path (every brain segment carries a speechId): nothing to confirm, no parse.
+        if not raw or not self._turns or raw in self._used:
             return False
         parsed = SpeechId.parse(raw)
         if parsed is None or parsed.trigger != "transcript" or not parsed.payload:
-            return False
-        if raw in self._used:
             return False
         said = _normalize(parsed.payload)
         cut_short = len(parsed.payload) >= TRUNCATED_PAYLOAD
