@@ -33,7 +33,7 @@ from .errors import AvatarError, ErrorCode
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
 from .transport.ice import TurnConfig
-from .transport.media import MediaLanes
+from .transport.media import AudioCodec, MediaLanes
 from .transport.stv import FanoutTrack
 from .wire import (
     AvailabilityResult,
@@ -74,6 +74,7 @@ class MediaSpec:
     video: bool
     allow_private: bool
     turn: TurnConfig | None = None
+    audio_codec: AudioCodec = "thread"
 
 
 @dataclass(eq=False)
@@ -289,6 +290,7 @@ class LinkBuilder:
             allow_private=spec.allow_private,
             turn=spec.turn,
             ssl_context=self._ssl,
+            audio_codec=spec.audio_codec,
         )
         link.lanes = lanes
         lanes.room_id = link.room_id

@@ -36,7 +36,7 @@ from .tiers import RecoveryController
 from .transport.asr import UplinkTrack
 from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
-from .transport.media import MediaLanes
+from .transport.media import AUDIO_CODECS, AudioCodec, MediaLanes
 from .transport.stv import FanoutTrack
 from .transport.tls import client_context
 from .turn_desk import TurnDesk
@@ -63,6 +63,7 @@ class AvatarSession(EventSource):
         audio: Any = None,
         video: bool = True,
         media: bool = True,
+        audio_codec: AudioCodec = "thread",
         config: SessionConfig | None = None,
         allow_insecure_transport: bool = False,
         turn: TurnConfig | None = None,
@@ -84,6 +85,10 @@ class AvatarSession(EventSource):
             silence, file, microphone); None sends silence.
         :param video: False subscribes to the avatar's voice only.
         :param media: False opens the control channel only (text turns, no WebRTC).
+        :param audio_codec: where audio is encoded (uplink) and decoded (the avatar's
+            voice): ``"thread"`` (default) in aiortc's worker threads; ``"loop"`` on the
+            event loop with a mono 32 kb/s voice encoder, cheaper per session, at a few
+            tens of microseconds of loop time per 20 ms frame (``docs/media.md``).
         :param config: a ``SessionConfig`` (timeouts, budgets, guards; seconds).
         :param allow_insecure_transport: permit http/ws and private media hosts (a local
             backend such as ``StagingServer``; never in production).
@@ -124,11 +129,18 @@ class AvatarSession(EventSource):
         self._stats = new_stats()
         # events() buffers: their default bound, and their drops counted into stats().
         self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
+        if audio_codec not in AUDIO_CODECS:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"audio_codec must be one of {', '.join(map(repr, AUDIO_CODECS))}",
+            )
         self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
             self._outputs["video"] = FanoutTrack("video")
-        spec = MediaSpec(self._uplink_track, self._outputs, bool(video), insecure, turn)
+        spec = MediaSpec(
+            self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
+        )
         self._builder = LinkBuilder(
             self._url,
             token,

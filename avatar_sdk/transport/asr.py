@@ -11,6 +11,10 @@ cheapest uplink. Each peer keeps one RTP timeline: once a packet went out on it,
 (a PCM source, mute, silence) are encoded on the loop by that peer's own mono voice
 encoder instead of aiortc's, whose timestamps restart at its first frame and whose
 resampler rejects a gap in frame pts.
+
+``encode_on_loop=True`` (``AvatarSession(audio_codec="loop")``) starts a peer in that mode:
+every PCM frame is encoded on the loop from the first one, so aiortc's encoder thread (a
+hand-off per 20 ms frame) and its stereo 96 kb/s encoder are never used.
 """
 
 from __future__ import annotations
@@ -31,7 +35,25 @@ from aiortc.sdp import candidate_from_sdp
 
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
+from ..media.opus import (
+    OPUS_SILENCE,
+    VOICE_BITRATE,
+    VoiceEncoder,
+    opus_packet_samples,
+    opus_silence,
+    packet_samples,
+)
 from .ice import apply_answer, close_peer, set_local_description
+
+__all__ = [
+    "OPUS_SILENCE",
+    "VOICE_BITRATE",
+    "AsrUplink",
+    "UplinkTrack",
+    "classify_source_error",
+    "opus_packet_samples",
+    "opus_silence",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,54 +81,6 @@ def _silence(samples: int = FRAME_SAMPLES, rate: int = SAMPLE_RATE) -> av.AudioF
     return frame
 
 
-#: Opus TOC config (bits 7..3) -> samples per frame at 48 kHz (RFC 6716 section 3.1).
-_OPUS_FRAME_SAMPLES = (
-    (480, 960, 1920, 2880) * 3  # SILK NB/MB/WB: 10, 20, 40, 60 ms
-    + (480, 960) * 2  # hybrid SWB/FB: 10, 20 ms
-    + (120, 240, 480, 960) * 4  # CELT NB/WB/SWB/FB: 2.5, 5, 10, 20 ms
-)
-
-#: The encoder settings of a voice uplink: one channel, a speech bitrate.
-VOICE_BITRATE = 32_000
-
-
-def opus_packet_samples(packet: bytes) -> int | None:
-    """Samples (48 kHz) one Opus packet holds, from its TOC byte; None when unreadable."""
-    if not packet:
-        return None
-    toc = packet[0]
-    per_frame = _OPUS_FRAME_SAMPLES[toc >> 3]
-    code = toc & 3
-    if code == 0:
-        return per_frame
-    if code in (1, 2):
-        return 2 * per_frame
-    if len(packet) < 2:
-        return None
-    return (packet[1] & 0x3F) * per_frame
-
-
-def _packet_samples(packet: av.Packet[Any]) -> int:
-    """How far a packet moves the uplink's clock: its duration, else its TOC, else 20 ms."""
-    if packet.duration and packet.time_base:
-        return int(packet.duration * packet.time_base * SAMPLE_RATE)
-    return opus_packet_samples(bytes(packet)) or FRAME_SAMPLES
-
-
-#: A 20 ms CELT frame with the silence flag (TOC 0xF8: fullband, 20 ms, one frame). Any
-#: Opus decoder turns it into exact zeros at once, whatever it decoded before, where a
-#: fresh encoder's silence leaves a -110 dBFS residue in a decoder fed by another encoder.
-OPUS_SILENCE = b"\xf8\xff\xfe"
-
-
-def opus_silence() -> av.Packet[Any]:
-    """20 ms of pre-encoded silence: costs no encoding (mute on an encoded uplink)."""
-    packet = av.Packet(OPUS_SILENCE)
-    packet.duration = FRAME_SAMPLES
-    packet.time_base = _TIME_BASE
-    return packet
-
-
 def _is_digital_silence(frame: av.AudioFrame) -> bool:
     """An s16 48 kHz frame of whole 20 ms blocks, all zero (what mute and no source send)."""
     if frame.format.name != "s16" or frame.sample_rate != SAMPLE_RATE:
@@ -116,30 +90,6 @@ def _is_digital_silence(frame: av.AudioFrame) -> bool:
     size = frame.samples * 2 * len(frame.layout.channels)
     view = memoryview(frame.planes[0])[:size]
     return not np.any(np.frombuffer(view, dtype=np.uint8))
-
-
-class _VoiceEncoder:
-    """Opus for one peer once it carries packets: mono, voip, :data:`VOICE_BITRATE`."""
-
-    def __init__(self) -> None:
-        self._codec: Any = av.CodecContext.create("libopus", "w")
-        self._codec.sample_rate = SAMPLE_RATE
-        self._codec.format = "s16"
-        self._codec.layout = "mono"
-        self._codec.time_base = _TIME_BASE
-        self._codec.bit_rate = VOICE_BITRATE
-        self._codec.options = {"application": "voip"}
-        self._resampler = av.AudioResampler(
-            format="s16", layout="mono", rate=SAMPLE_RATE, frame_size=FRAME_SAMPLES
-        )
-
-    def encode(self, frame: av.AudioFrame) -> list[av.Packet[Any]]:
-        frame.pts = None  # the peer stamps the packets; the resampler must not check gaps
-        packets: list[av.Packet[Any]] = []
-        for chunk in self._resampler.resample(frame):
-            chunk.pts = None
-            packets.extend(self._codec.encode(chunk))
-        return packets
 
 
 class UplinkTrack(MediaStreamTrack):
@@ -184,7 +134,7 @@ class UplinkTrack(MediaStreamTrack):
                     self.source_frames += 1
                 elif isinstance(got, av.Packet):
                     self.source_frames += 1
-                    samples = _packet_samples(got)
+                    samples = packet_samples(got)
                     if not self.muted:
                         got.pts = self._pts
                         got.time_base = _TIME_BASE
@@ -230,7 +180,7 @@ class _PeerTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, uplink: UplinkTrack) -> None:
+    def __init__(self, uplink: UplinkTrack, *, encode_on_loop: bool = False) -> None:
         super().__init__()
         self._uplink = uplink
         #: Set each time the peer's sender asks for a frame. aiortc's sender asks for the
@@ -240,10 +190,12 @@ class _PeerTrack(MediaStreamTrack):
         #: Uplink pts of this peer's first output: its RTP timeline starts there, as
         #: aiortc's encoder starts its timestamps at its first frame.
         self._base: int | None = None
-        #: Set by the first packet: from then on this peer sends packets only.
-        self._encoder: _VoiceEncoder | None = None
+        #: Set by the first packet (or at once, encoding on the loop): from then on this
+        #: peer sends packets only.
+        self._encoder: VoiceEncoder | None = VoiceEncoder() if encode_on_loop else None
         self._encoded: deque[av.Packet[Any]] = deque()
         self._next_pts = 0  # this peer's timeline after the last packet sent
+        self.pcm_to_aiortc = 0  # frames left to aiortc's encoder thread
 
     async def recv(self) -> av.AudioFrame | av.Packet[Any]:
         self.pulled.set()
@@ -257,9 +209,10 @@ class _PeerTrack(MediaStreamTrack):
                 self._base = out.pts or 0
             if isinstance(out, av.Packet):
                 if self._encoder is None:
-                    self._encoder = _VoiceEncoder()
+                    self._encoder = VoiceEncoder()
                 return self._stamp(out, (out.pts or 0) - self._base)
             if self._encoder is None:
+                self.pcm_to_aiortc += 1
                 return out  # PCM only so far: aiortc encodes it
             # A gap (samples sent as packets meanwhile) moves the timeline forward.
             self._next_pts = max(self._next_pts, (out.pts or 0) - self._base)
@@ -273,17 +226,21 @@ class _PeerTrack(MediaStreamTrack):
         at = self._next_pts if pts is None else max(pts, self._next_pts)
         packet.pts = at
         packet.time_base = _TIME_BASE
-        self._next_pts = at + _packet_samples(packet)
+        self._next_pts = at + packet_samples(packet)
         return packet
 
 
 class AsrUplink:
     """One ASR peer connection (send-only audio), negotiated by the caller over the socket."""
 
-    def __init__(self, *, configuration: RTCConfiguration, track: UplinkTrack) -> None:
+    def __init__(
+        self, *, configuration: RTCConfiguration, track: UplinkTrack, encode_on_loop: bool = False
+    ) -> None:
+        """``encode_on_loop``: encode PCM with the mono voice encoder on the event loop
+        instead of aiortc's encoder thread (see the module docstring)."""
         self.track = track
         self.pc = RTCPeerConnection(configuration)
-        self._peer_track = _PeerTrack(track)
+        self._peer_track = _PeerTrack(track, encode_on_loop=encode_on_loop)
         self._transceiver = self.pc.addTransceiver(self._peer_track, direction="sendonly")
         self._connected = asyncio.Event()
         self.connected_at: float | None = None

@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Final, Literal
 
 import aiohttp
 from aiortc import RTCPeerConnection
@@ -47,6 +48,10 @@ GATE_CAP = 6.0
 #: monotonic clock; a larger apparent age than this means the wall clock jumped.
 MAX_REPORT_AGE = 1.0
 
+#: Where audio is encoded and decoded: aiortc's worker threads, or the event loop.
+AudioCodec = Literal["thread", "loop"]
+AUDIO_CODECS: Final[tuple[AudioCodec, ...]] = ("thread", "loop")
+
 Emit = Callable[[str, object], Awaitable[None]]
 WaitEvent = Callable[[str], Awaitable[InboundEvent]]
 
@@ -65,16 +70,19 @@ class MediaLanes:
         turn: TurnConfig | None = None,
         ssl_context: ssl.SSLContext | None = None,
         host_guard: HostGuard | None = None,
+        audio_codec: AudioCodec = "thread",
     ) -> None:
         """``ssl_context``: how WHEP over https verifies the server (None: system CAs).
         ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
-        (default: one on the system resolver; injectable for tests)."""
+        (default: one on the system resolver; injectable for tests). ``audio_codec``:
+        ``"loop"`` encodes and decodes audio on the event loop (see ``AvatarSession``)."""
         self._config = config
         self._uplink_track = uplink_track
         self._outputs = outputs
         self._video = video
         self._allow_private = allow_private
         self._turn = turn
+        self._on_loop = audio_codec == "loop"
         self._ssl = ssl_context
         self._guard = None if allow_private else host_guard or HostGuard()
         self.room_id: str | None = None
@@ -104,7 +112,7 @@ class MediaLanes:
         """PROTOCOL.md §1.2: init → ready → offer → answer, then ICE connected."""
         await emit(Out.ASR_WEBRTC_INIT, build_asr_init(socket_id))
         await wait(In.ASR_WEBRTC_READY)
-        self.asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        self.asr = self._new_uplink()
         self._watch(self.asr.pc)
         sdp = await self.asr.create_offer()
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=False))
@@ -144,6 +152,13 @@ class MediaLanes:
         if self._closed:
             raise AvatarError(ErrorCode.CLOSED, "these media lanes were closed")
 
+    def _new_uplink(self) -> AsrUplink:
+        return AsrUplink(
+            configuration=rtc_configuration(self._turn),
+            track=self._uplink_track,
+            encode_on_loop=self._on_loop,
+        )
+
     def _new_downlink(self) -> StvDownlink:
         self._check_open()
         if self._http is None:
@@ -155,6 +170,7 @@ class MediaLanes:
             video=self._video,
             outputs=self._outputs,
             guard=self._guard,
+            decode_audio_on_loop=self._on_loop,
         )
         self._watch(link.pc)
         return link
@@ -327,7 +343,7 @@ class MediaLanes:
         self.asr_cadence.start()  # no report-based verdict until the new peer reports
         self._asr_report_key = None
         self._check_open()
-        asr = AsrUplink(configuration=rtc_configuration(self._turn), track=self._uplink_track)
+        asr = self._new_uplink()
         self._watch(asr.pc)
         self.asr = asr
         sdp = await asr.create_offer()

@@ -23,6 +23,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from ..errors import AvatarError, ErrorCode
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
+from . import loop_decode
 from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)
@@ -106,10 +107,13 @@ class StvDownlink:
         video: bool,
         outputs: dict[str, FanoutTrack],
         guard: HostGuard | None = None,
+        decode_audio_on_loop: bool = False,
     ) -> None:
         """``guard``: the :class:`HostGuard` whose resolver ``http`` connects through (see
         :func:`whep_http_session`); without one, hosts are still resolved and checked
-        before each request, but the connection is not pinned to what was checked."""
+        before each request, but the connection is not pinned to what was checked.
+        ``decode_audio_on_loop``: decode the voice on the event loop, not in aiortc's
+        decoder thread (:mod:`.loop_decode`); video always keeps its thread."""
         self._http = http
         self._allow_private = allow_private
         self._guard = None if allow_private else guard or HostGuard()
@@ -118,7 +122,10 @@ class StvDownlink:
         self.pc = RTCPeerConnection(configuration)
         if video:
             self.pc.addTransceiver("video", direction="recvonly")
-        self.pc.addTransceiver("audio", direction="recvonly")
+        audio = self.pc.addTransceiver("audio", direction="recvonly")
+        self.audio_decoder: loop_decode.LoopDecoder | None = None
+        if decode_audio_on_loop:
+            self.audio_decoder = loop_decode.decode_audio_on_loop(audio.receiver)
         self.pc.on("track", self._on_track)
         self.location: str | None = None
         self._deleted = False
