@@ -3,9 +3,10 @@
 Sources are aiortc ``MediaStreamTrack`` objects for ``AvatarSession(audio=...)`` and
 ``switch_audio()``: :class:`SilenceSource`, :class:`ToneSource`, :func:`file_source`,
 :class:`MicrophoneSource` (``pip install avatar-sdk[mic]``) and :class:`FailingSource`
-(tests). Sinks read ``session.avatar_audio`` / ``avatar_video``: :class:`FrameIterator`,
-:class:`AudioLevelMeter` and :func:`record_avatar`. Device failures map to public codes
-through :func:`classify_device_error`.
+(tests); pre-encoded Opus, sent as it is: :class:`OpusFileSource` and
+:class:`EncodedSilenceSource`. Sinks read ``session.avatar_audio`` / ``avatar_video``:
+:class:`FrameIterator`, :class:`AudioLevelMeter` and :func:`record_avatar`. Device failures
+map to public codes through :func:`classify_device_error`.
 """
 
 from .devices import (
@@ -16,6 +17,7 @@ from .devices import (
     classify_device_error,
     device_error,
 )
+from .encoded import EncodedSilenceSource, OpusFileSource
 from .sinks import AudioLevelMeter, FrameIterator, Recorder, frame_rms, record_avatar
 from .sources import (
     FRAME_SAMPLES,
@@ -39,9 +41,11 @@ __all__ = [
     "DeviceBusyError",
     "DeviceNotFoundError",
     "DevicePermissionError",
+    "EncodedSilenceSource",
     "FailingSource",
     "FrameIterator",
     "MicrophoneSource",
+    "OpusFileSource",
     "Recorder",
     "SilenceSource",
     "ToneSource",

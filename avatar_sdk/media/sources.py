@@ -21,22 +21,20 @@ import functools
 import importlib
 import logging
 import math
-import os
 import time
 from collections import deque
 from types import ModuleType
 from typing import Any, Final, NamedTuple
-from urllib.parse import urlsplit
 
 import av
-import av.error
 import numpy as np
-from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from .devices import classify_device_error, describe, device_error
+from .files import file_source
+from .normalize import Normalizer
 
 __all__ = [
     "FRAME_SAMPLES",
@@ -210,139 +208,6 @@ class FailingSource(_PacedSource):
         raise self.exc.with_traceback(None)
 
 
-class _Normalizer:
-    """Re-chunk any audio into 48 kHz mono s16 20 ms frames with a continuous pts."""
-
-    def __init__(self) -> None:
-        self._resampler = av.AudioResampler(
-            format="s16", layout="mono", rate=SAMPLE_RATE, frame_size=FRAME_SAMPLES
-        )
-        self._ready: deque[av.AudioFrame] = deque()
-        self._pts = 0
-
-    def push(self, frame: av.AudioFrame) -> None:
-        self._ready.extend(self._resampler.resample(frame))
-
-    def pop(self) -> av.AudioFrame | None:
-        if not self._ready:
-            return None
-        frame = self._ready.popleft()
-        frame.pts = self._pts
-        frame.time_base = TIME_BASE
-        self._pts += frame.samples
-        return frame
-
-
-# --------------------------------------------------------------------------- files
-
-
-class _FileAudioTrack(MediaStreamTrack):
-    """A MediaPlayer's audio, normalized; owns the player and closes it on ``stop()``."""
-
-    kind = "audio"
-
-    def __init__(self, player: MediaPlayer, inner: MediaStreamTrack) -> None:
-        super().__init__()
-        self._player: MediaPlayer | None = player
-        self._inner = inner
-        self._normalizer = _Normalizer()
-
-    async def recv(self) -> av.AudioFrame:
-        while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            frame = self._normalizer.pop()
-            if frame is not None:
-                return frame
-            try:
-                got = await self._inner.recv()
-            except MediaStreamError:
-                self.stop()  # end of file: release the player now
-                raise
-            if isinstance(got, av.AudioFrame):
-                self._normalizer.push(got)
-
-    def stop(self) -> None:
-        super().stop()
-        if self._player is not None:
-            self._player = None
-            self._inner.stop()  # joins the decoder thread, closes the container
-
-
-def _display(path_or_url: str) -> str:
-    """The source as it may appear in an error: no query string or credentials."""
-    parts = urlsplit(path_or_url)
-    if parts.scheme and parts.netloc:
-        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
-    return path_or_url
-
-
-def _open_error(exc: BaseException, shown: str) -> AvatarError:
-    if isinstance(exc, av.error.HTTPUnauthorizedError | av.error.HTTPForbiddenError):
-        return device_error(ErrorCode.PERMISSION_DENIED, f"{shown}: {describe(exc)}")
-    if isinstance(exc, av.error.HTTPNotFoundError):
-        return device_error(ErrorCode.DEVICE_NOT_FOUND, f"{shown}: {describe(exc)}")
-    code = classify_device_error(exc)
-    if code is not None:
-        return device_error(code, f"{shown}: {describe(exc)}")
-    if isinstance(exc, ValueError):  # av.error.InvalidDataError and friends
-        return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown}: not a playable media file")
-    return device_error(ErrorCode.DEVICE_NOT_FOUND, f"{shown}: {describe(exc)}")
-
-
-def _drop_video(player: MediaPlayer) -> None:
-    """Keep the player from decoding video nobody reads (it would queue without bound).
-
-    MediaPlayer has no stream selection, so this edits its private stream list; aiortc is
-    pinned exactly and ``test_file_source_ignores_video`` guards the attribute names.
-    """
-    if player.video is None:
-        return
-    streams = getattr(player, "_MediaPlayer__streams", None)
-    if not isinstance(streams, list) or not hasattr(player, "_MediaPlayer__video"):
-        raise RuntimeError("aiortc MediaPlayer internals changed: cannot drop video")
-    streams[:] = [s for s in streams if s.type != "video"]
-    player._MediaPlayer__video = None
-
-
-def file_source(
-    path_or_url: str | os.PathLike[str], *, loop: bool = False, timeout: int = 10
-) -> MediaStreamTrack:
-    """Play the audio of a media file or URL as an uplink source (any format FFmpeg reads).
-
-    The audio is decoded on aiortc's player thread, paced in real time and normalized to
-    48 kHz mono 20 ms frames; video in the file is ignored. ``loop=True`` restarts at the
-    end (seekable files only); otherwise the track ends (``MediaStreamError``) at the end
-    of the file and releases it. ``stop()`` releases it early.
-
-    Raises ``AvatarError``: ``device_not_found`` for a missing file (or URL),
-    ``permission_denied`` when it may not be read, ``invalid_argument`` for a file with no
-    audio or that FFmpeg cannot parse.
-    """
-    target = os.fspath(path_or_url)
-    shown = _display(target)
-    if "://" not in target:
-        if not os.path.exists(target):
-            raise device_error(ErrorCode.DEVICE_NOT_FOUND, f"no such file: {shown}")
-        if os.path.isdir(target):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown} is a directory")
-    try:
-        player = MediaPlayer(target, loop=loop, timeout=timeout)
-    except AssertionError:  # MediaPlayer asserts seekability for loop=True
-        raise AvatarError(
-            ErrorCode.INVALID_ARGUMENT, f"{shown}: loop=True needs a seekable file"
-        ) from None
-    except Exception as exc:
-        raise _open_error(exc, shown) from exc
-    audio = player.audio
-    if audio is None:
-        if player.video is not None:
-            player.video.stop()  # closes the container
-        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown} has no audio stream")
-    _drop_video(player)
-    return _FileAudioTrack(player, audio)
-
-
 # --------------------------------------------------------------------------- microphone
 
 
@@ -403,7 +268,7 @@ class MicrophoneSource(MediaStreamTrack):
         self._failure: BaseException | None = None
         self._stopping = False
         self._in_pts = 0
-        self._normalizer = _Normalizer()
+        self._normalizer = Normalizer()
         self.dropped = 0
         self.overflows = 0
 

@@ -21,9 +21,9 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..errors import AvatarError, ErrorCode
+from . import loop_decode
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
-from . import loop_decode
 from .tls import connector, tls_error
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,217 @@
+"""Pre-encoded uplink sources: Opus packets that go out as they are, never decoded here.
+
+The cheapest uplink is the one that encodes nothing: these sources yield Opus
+``av.Packet``s (48 kHz, durations set) that the uplink sends unchanged (see
+:mod:`avatar_sdk.transport.asr`). They mix with PCM sources through ``switch_audio()``.
+
+* :class:`OpusFileSource` demuxes an Ogg/Opus file with PyAV (no decoder is ever opened)
+  and paces its packets on the wall clock by each packet's length.
+* :class:`EncodedSilenceSource` sends the 3-byte Opus silence frame every 20 ms.
+
+Both pace like the PCM sources: the first packet at once, then one per packet length of
+monotonic time; a consumer more than :data:`_MAX_LAG` behind re-anchors instead of
+receiving a burst of stale audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from ..besteffort import best_effort
+from ..errors import AvatarError, ErrorCode
+from .devices import classify_device_error, describe, device_error
+from .fileopen import check_local_file, display, open_error
+from .opus import (
+    FRAME_SAMPLES,
+    OPUS_SILENCE,
+    SAMPLE_RATE,
+    opus_packet,
+    opus_packet_samples,
+)
+
+__all__ = ["EncodedSilenceSource", "OpusFileSource", "opus_file_or_none"]
+
+log = logging.getLogger(__name__)
+
+#: The same rule as the PCM sources': this far behind the schedule, re-anchor (seconds).
+_MAX_LAG: Final = 0.2
+
+
+class _Pacer:
+    """Wall-clock schedule of a packet stream: packet n is due when its pts is."""
+
+    def __init__(self) -> None:
+        self.pts = 0  # samples sent before the next packet
+        self._anchor: float | None = None  # monotonic time of pts 0
+
+    async def wait(self, track: MediaStreamTrack) -> None:
+        """Until the next packet is due (raises MediaStreamError if ``track`` stops)."""
+        now = time.monotonic()
+        if self._anchor is None:
+            self._anchor = now - self.pts / SAMPLE_RATE
+            return
+        due = self._anchor + self.pts / SAMPLE_RATE
+        if due > now:
+            await asyncio.sleep(due - now)
+            if track.readyState != "live":
+                raise MediaStreamError
+        elif now - due > _MAX_LAG:
+            self._anchor = now - self.pts / SAMPLE_RATE  # no burst after a stall
+
+    def sent(self, samples: int) -> None:
+        self.pts += samples
+
+
+class EncodedSilenceSource(MediaStreamTrack):
+    """Pre-encoded digital silence: keeps an uplink alive for the cost of a 3-byte copy."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pacer = _Pacer()
+        self.packets = 0
+
+    async def recv(self) -> av.Packet[Any]:
+        if self.readyState != "live":
+            raise MediaStreamError
+        await self._pacer.wait(self)
+        self._pacer.sent(FRAME_SAMPLES)  # committed once due: a cancel skips nothing
+        self.packets += 1
+        return opus_packet(OPUS_SILENCE, FRAME_SAMPLES)
+
+
+class _NotPlainOpus(AvatarError):
+    """The file opened, but its audio is not one mono or stereo Opus stream."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARGUMENT, detail)
+
+
+class OpusFileSource(MediaStreamTrack):
+    """An Ogg/Opus file sent as it is: demuxed with PyAV, never decoded or re-encoded.
+
+    Any local file FFmpeg demuxes whose first audio stream is mono or stereo Opus works
+    (``.opus``/``.ogg``, WebM too). Packets are paced on the wall clock by their own
+    length (read from each packet's TOC byte); the file is read on the event loop, a few
+    kilobytes at a time. At the end of the file the track ends (``MediaStreamError``: a
+    session's uplink carries on with silence) and releases the file, unless
+    ``loop=True``, which starts again from the beginning. ``stop()`` releases it early.
+
+    :raises AvatarError: ``device_not_found`` for a missing file, ``permission_denied``
+        when it may not be read, ``invalid_argument`` for a directory, a URL (use
+        :func:`~avatar_sdk.media.file_source`), a file FFmpeg cannot parse, one with no
+        audio, or audio that is not Opus (or is multichannel Opus).
+    """
+
+    kind = "audio"
+
+    def __init__(self, path: str | os.PathLike[str], *, loop: bool = False) -> None:
+        target = os.fspath(path)
+        shown = display(target)
+        if "://" in target:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{shown}: OpusFileSource reads local files (file_source plays URLs)",
+            )
+        check_local_file(target, shown)
+        try:
+            container: Any = av.open(target)
+        except Exception as exc:
+            raise open_error(exc, shown) from exc
+        try:
+            self._stream = _plain_opus_stream(container, shown)
+        except BaseException:
+            container.close()
+            raise
+        super().__init__()
+        self.path = target
+        self.loop = loop
+        self._shown = shown
+        self._container: Any = container
+        self._packets: Iterator[Any] = container.demux(self._stream)
+        self._pending: bytes | None = None
+        self._read_this_pass = 0
+        self._pacer = _Pacer()
+        self.packets = 0
+        self.loops = 0
+
+    async def recv(self) -> av.Packet[Any]:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._pending is None:
+            self._pending = self._read()
+        await self._pacer.wait(self)
+        payload, self._pending = self._pending, None  # committed once due
+        samples = opus_packet_samples(payload) or FRAME_SAMPLES
+        self._pacer.sent(samples)
+        self.packets += 1
+        return opus_packet(payload, samples)
+
+    def _read(self) -> bytes:
+        """The next packet's payload; at the end, loop or end the track."""
+        while True:
+            try:
+                packet = next(self._packets)
+            except StopIteration:
+                if self.loop and self._read_this_pass and self._rewind():
+                    continue
+                self.stop()  # end of file: release it now
+                raise MediaStreamError from None
+            except Exception as exc:
+                self.stop()
+                code = classify_device_error(exc) or ErrorCode.DEVICE_BUSY
+                raise device_error(code, f"{self._shown}: read failed ({describe(exc)})") from exc
+            if packet.size:  # skip the empty flush packet the demuxer ends with
+                self._read_this_pass += 1
+                return bytes(packet)
+
+    def _rewind(self) -> bool:
+        try:
+            self._container.seek(0, stream=self._stream)
+        except Exception as exc:
+            log.warning("%s: cannot loop (%s)", self._shown, type(exc).__name__)
+            return False
+        self._packets = self._container.demux(self._stream)
+        self._read_this_pass = 0
+        self.loops += 1
+        return True
+
+    def stop(self) -> None:
+        super().stop()
+        container, self._container = self._container, None
+        if container is not None:
+            with best_effort("closing an Opus file", log):
+                container.close()
+
+
+def _plain_opus_stream(container: Any, shown: str) -> Any:
+    """The file's first audio stream when it is mono or stereo Opus; else an AvatarError."""
+    streams = container.streams.audio
+    if not streams:
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{shown} has no audio stream")
+    stream = streams[0]
+    name = stream.codec_context.name
+    if name != "opus":
+        raise _NotPlainOpus(f"{shown}: its audio is {name}, not Opus (file_source decodes it)")
+    if (stream.codec_context.channels or 1) > 2:
+        # Multichannel Ogg/Opus packets are multistream: an RTP Opus peer cannot decode them.
+        raise _NotPlainOpus(f"{shown}: multichannel Opus cannot be sent as it is")
+    return stream
+
+
+def opus_file_or_none(target: str, *, loop: bool = False) -> OpusFileSource | None:
+    """``OpusFileSource(target)`` when the file is plain Opus; None when its audio is
+    something else (``file_source`` then decodes it). Other failures raise."""
+    try:
+        return OpusFileSource(target, loop=loop)
+    except _NotPlainOpus:
+        return None
