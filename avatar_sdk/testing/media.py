@@ -14,7 +14,8 @@
   ``201`` + answer + ``Location: /rtc/v1/whep/resource/<id>``; ``DELETE <Location>`` ends
   it. The answerer sends a synthetic moving pattern (H264 when offered and libx264 is
   available, else whatever the offer allows, VP8 in aiortc) and a 48 kHz tone while the
-  conversation's avatar is speaking (silence otherwise).
+  conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
+  per process (:class:`~.synthetic.OpusToneTrack`): a viewer costs no audio encoding.
 * **Faults** (driven through :class:`~avatar_sdk.testing.faults.Faults`): ICE failure,
   media stall, WHEP 404, stuck ICE (no answer / no candidates).
 
@@ -56,7 +57,7 @@ from .rtc_util import (
     _rtc_configuration,
     strip_candidates,
 )
-from .synthetic import MediaGate, PatternTrack, ToneTrack
+from .synthetic import MediaGate, OpusToneTrack, PatternTrack
 
 if TYPE_CHECKING:
     from .conversation import Conversation
@@ -76,7 +77,7 @@ class WhepViewer:
     sid: str
     pc: Any
     video: PatternTrack
-    audio: ToneTrack
+    audio: OpusToneTrack
     video_codec: str | None = None
     created_at: float = field(default_factory=time.monotonic)
     deleted: bool = False
@@ -416,7 +417,7 @@ class StagingMedia:
             raise ValueError("the offer has no audio or video m-line")
         width, height = self.video_size
         video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=self.stv_gate)
-        audio = ToneTrack(active=lambda: conv.speaking and not conv.ended, gate=self.stv_gate)
+        audio = OpusToneTrack(active=lambda: conv.speaking and not conv.ended, gate=self.stv_gate)
         pc = RTCPeerConnection(_rtc_configuration())
         viewer = WhepViewer(secrets.token_hex(8), stream, conv.sid, pc, video, audio)
         try:

@@ -1,12 +1,15 @@
 """Synthetic media for the staging backend: the avatar's "face" and "voice".
 
-Pure PyAV, no numpy (it is not a dependency of the SDK):
+PyAV and numpy:
 
 * :class:`PatternTrack`: a moving grey-scale pattern whose top band encodes the frame
   counter in 32 black/white blocks (8-bit marker + 24-bit counter), readable after a lossy
   H264/VP8 round trip with :func:`read_frame_counter`;
 * :class:`ToneTrack`: 48 kHz mono 20 ms frames, a sine while ``active()`` says so (the
   avatar is speaking), digital silence otherwise;
+* :class:`OpusToneTrack`: the same voice as Opus packets, encoded once per process (a
+  one-second cycle of packets, the 3-byte Opus silence frame when quiet): what the staging
+  server sends, so a viewer costs no encoding at all;
 * :class:`MediaGate`: stalls every track that shares it. A stalled ``recv()`` blocks, so
   aiortc sends no RTP while ICE, DTLS and RTCP stay up: exactly a "media stall".
 
@@ -23,14 +26,18 @@ import functools
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..media.opus import OPUS_SILENCE, VoiceEncoder, opus_packet
+
 __all__ = [
     "AUDIO_RATE",
     "MediaGate",
+    "OpusToneTrack",
     "PatternTrack",
     "ToneTrack",
     "audio_rms",
@@ -231,6 +238,68 @@ class ToneTrack(_PacedTrack):
         self._pts += AUDIO_FRAME
         self.frames_sent += 1
         return frame
+
+
+@functools.lru_cache(maxsize=16)
+def _tone_packets(frequency: float, amplitude: float) -> tuple[bytes, ...]:
+    """One second of the tone as Opus packets (20 ms each), encoded once per process.
+
+    The second lap of two is kept: its first packet was encoded right after the end of
+    the first lap, so the cycle loops as a continuous stream would (an integer frequency
+    repeats every second).
+    """
+    pcm = _tone_second(frequency, amplitude)
+    encoder = VoiceEncoder()
+    per_second = AUDIO_RATE // AUDIO_FRAME
+    cycle: list[bytes] = []
+    for lap in range(2):
+        for n in range(per_second):
+            frame = av.AudioFrame(format="s16", layout="mono", samples=AUDIO_FRAME)
+            frame.planes[0].update(pcm[n * AUDIO_FRAME * 2 : (n + 1) * AUDIO_FRAME * 2])
+            frame.sample_rate = AUDIO_RATE
+            packets = encoder.encode(frame)
+            if lap:
+                cycle.extend(bytes(p) for p in packets)
+    return tuple(cycle)
+
+
+class OpusToneTrack(_PacedTrack):
+    """:class:`ToneTrack`'s voice as pre-encoded Opus packets (nothing encoded per frame).
+
+    aiortc sends ``av.Packet``s as they are, so every viewer of every session shares one
+    precomputed packet cycle; silence is the Opus silence frame, which any decoder turns
+    into exact zeros.
+    """
+
+    kind = "audio"
+
+    def __init__(
+        self,
+        *,
+        frequency: float = 440.0,
+        amplitude: float = 0.3,
+        active: Callable[[], bool] | None = None,
+        gate: MediaGate | None = None,
+    ) -> None:
+        super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
+        self.active = active
+        self._cycle = _tone_packets(float(frequency), max(0.0, min(1.0, amplitude)))
+        self._pts = 0
+        self.tone_frames = 0
+
+    async def recv(self) -> av.Packet[Any]:
+        elapsed = await self._next_slot()
+        self._pts = max(self._pts, int(elapsed * AUDIO_RATE) // AUDIO_FRAME * AUDIO_FRAME)
+        if self.active is None or self.active():
+            payload = self._cycle[(self._pts // AUDIO_FRAME) % len(self._cycle)]
+            self.tone_frames += 1
+        else:
+            payload = OPUS_SILENCE
+        packet = opus_packet(payload, AUDIO_FRAME)
+        packet.pts = self._pts
+        self._pts += AUDIO_FRAME
+        self.frames_sent += 1
+        return packet
 
 
 _SAMPLE_TYPES = {"s16": ("h", 32768.0), "s16p": ("h", 32768.0), "flt": ("f", 1.0)}

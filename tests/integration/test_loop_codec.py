@@ -41,7 +41,12 @@ async def _speak_and_measure(staging: StagingServer, session: AvatarSession) -> 
     staging.conversations[staging.live_sids[0]].speaking = True
     async with AudioLevelMeter(session.avatar_audio, threshold=0.05) as meter:
         await meter.wait_for_speech(5)
-        return meter.level
+        levels = []
+        async for level in meter:  # past the onset: the steady level
+            levels.append(level)
+            if len(levels) == 10:
+                return sorted(levels)[5]
+    raise AssertionError("the avatar's audio ended")
 
 
 @pytest.mark.parametrize("codec", ["loop", "thread"])
