@@ -1,6 +1,10 @@
 """The staging backend's ASR answerer: one receive-only aiortc peer per client sid that
 records what audio arrived, and applies re-offers as renegotiation, ICE restart or a fresh
-peer (see :mod:`avatar_sdk.testing.media`)."""
+peer (see :mod:`avatar_sdk.testing.media`).
+
+The uplink audio is decoded on the event loop (:mod:`avatar_sdk.transport.loop_decode`),
+not in a decoder thread per peer: a load test's server then pays no thread hand-off per
+20 ms frame per session."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
 from ..transport.ice import close_ice_connection, guard_gathering, set_local_description
+from ..transport.loop_decode import decode_audio_on_loop
 from .rtc_util import (
     IcePath,
     _blackhole,
@@ -182,6 +187,9 @@ class AsrPeer:
         pc.on("track", self._on_track)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            for transceiver in pc.getTransceivers():
+                if transceiver.kind == "audio":
+                    decode_audio_on_loop(transceiver.receiver)
             ice = _ice_transports(pc)[0]
             self._path = IcePath(
                 ice, blocked=self._media.asr_stalled, grace=self._media.ice_restart_grace

@@ -64,6 +64,11 @@ async def test_audio_codec_both_ways(staging: StagingServer, codec: str) -> None
         # Uplink: the staging peer decodes the tone at its level.
         assert await until(lambda: staging.media.asr_stats(sid).last_rms > 0.1, 5)
         peer_track = lanes.asr._peer_track
+        server = staging.media.asr_peer(sid)
+        assert server is not None and server.pc is not None
+        (heard,) = [t.receiver for t in server.pc.getTransceivers() if t.kind == "audio"]
+        on_loop = heard._RTCRtpReceiver__decoder_queue  # type: ignore[attr-defined]
+        assert isinstance(on_loop, LoopDecoder) and on_loop.frames_decoded > 5  # staging too
         # Downlink: the avatar's tone (0.3 amplitude: RMS ~0.21) at its level.
         level = await _speak_and_measure(staging, session)
         assert 0.1 < level < 0.3
