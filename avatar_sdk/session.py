@@ -82,7 +82,7 @@ class AvatarSession(EventSource):
         :param partner_id: the partner id the backend expects in the connection query.
         :param thread_id: continue an earlier conversation's memory; replayed on every join.
         :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
-            silence, file, microphone); None sends silence.
+            silence, file, Opus file sent undecoded, microphone); None sends silence.
         :param video: False subscribes to the avatar's voice only.
         :param media: False opens the control channel only (text turns, no WebRTC).
         :param audio_codec: where audio is encoded (uplink) and decoded (the avatar's

@@ -110,3 +110,22 @@ def test_opus_silence_is_a_fresh_20ms_packet_each_time() -> None:
     a, b = opus_silence(), opus_silence()
     assert a is not b and bytes(a) == bytes(b) == OPUS_SILENCE
     assert a.duration == 960 and a.time_base == fractions.Fraction(1, RATE)
+
+
+async def test_encoding_on_the_loop_sends_packets_from_the_first_frame() -> None:
+    """``audio_codec="loop"``: aiortc never gets a PCM frame, the timeline starts at 0 and
+    runs on through a switch to an encoded source and back."""
+    pcm, enc = _Script(encoded=False), _Script(encoded=True)
+    uplink = UplinkTrack(pcm)
+    peer = _PeerTrack(uplink, encode_on_loop=True)
+    first = await _take(peer, 3)
+    assert all(isinstance(p, av.Packet) and bytes(p) for p in first)
+    assert [p.pts for p in first] == [0, 960, 1920]
+    uplink.switch(enc)
+    packets = await _take(peer, 2)
+    assert [p.pts for p in packets] == [2880, 3840]
+    uplink.switch(pcm)
+    again = await _take(peer, 2)
+    assert [p.pts for p in again] == [4800, 5760]
+    assert peer.pcm_to_aiortc == 0
+    uplink.stop()
