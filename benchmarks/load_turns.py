@@ -172,6 +172,16 @@ def _fds() -> int:
         return -1
 
 
+async def _tasks_over(baseline: set[asyncio.Task[Any]], timeout: float) -> int:
+    """Tasks started since ``baseline`` still alive once they had ``timeout`` seconds to
+    end (closing sessions finish their last callbacks)."""
+    extra = asyncio.all_tasks() - baseline - {asyncio.current_task()}
+    if extra:
+        _, pending = await asyncio.wait(extra, timeout=timeout)
+        return len(pending)
+    return 0
+
+
 async def _wait_idle(http: aiohttp.ClientSession, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     left = int((await server_stats(http))["conversations"])
@@ -185,7 +195,7 @@ async def _level(
     http: aiohttp.ClientSession, url: str, token: str, level: int, plan: TurnPlan
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"level": level}
-    tasks_before = len(asyncio.all_tasks())
+    tasks_before = set(asyncio.all_tasks())
     fds_before = _fds()
     started = time.monotonic()
     members: list[_Member] = []
@@ -250,8 +260,7 @@ async def _level(
         record["close_s"] = time.monotonic() - closing
         members.clear()
         record["server_left"] = await _wait_idle(http, plan.idle_timeout)
-        await asyncio.sleep(0.2)  # closed sessions' last callbacks
-        record["tasks_leaked"] = len(asyncio.all_tasks()) - tasks_before
+        record["tasks_leaked"] = await _tasks_over(tasks_before, plan.idle_timeout)
         record["fds_leaked"] = _fds() - fds_before
         record["seconds"] = time.monotonic() - started
 

@@ -91,7 +91,7 @@ IDLE_TIMEOUT = 5.0
 # --------------------------------------------------------------------------- helpers
 
 
-class _BenchStagingServer(StagingServer):
+class BenchStagingServer(StagingServer):
     """The staging server plus one bench-only read-out: CPU time and media frames sent."""
 
     def add_routes(self, app: web.Application) -> None:
@@ -110,7 +110,7 @@ class _BenchStagingServer(StagingServer):
 
 
 async def _serve(conn: Connection, options: dict[str, Any]) -> None:
-    async with _BenchStagingServer(**options) as staging:
+    async with BenchStagingServer(**options) as staging:
         conn.send((staging.url, staging.token))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
