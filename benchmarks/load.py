@@ -46,6 +46,8 @@ class Plan:
     sessions: int = 4  # K per CPU probe
     settle: float = 1.0
     window: float = 6.0
+    #: Probes per (mode, client), in ABBA order (SDK, bare, bare, SDK...): the mean is used.
+    rounds: int = 2
     turns: TurnPlan = field(default_factory=TurnPlan)
 
 
@@ -54,6 +56,7 @@ QUICK = Plan(
     sessions=2,
     settle=0.5,
     window=2.0,
+    rounds=1,
     turns=TurnPlan(levels=(1, 50), min_turns=10, spread=2.0),
 )
 
@@ -80,27 +83,38 @@ def ratio_of(numerator: float | None, denominator: float | None) -> float | None
 
 @dataclass(frozen=True)
 class ModeCpu:
-    """Part (a)'s result for one mode."""
+    """Part (a)'s result for one mode: every round's probe of each client."""
 
     mode: Mode
-    sdk: dict[str, Any] | None
-    bare: dict[str, Any] | None
+    sdk: list[dict[str, Any]]
+    bare: list[dict[str, Any]]
+
+    def probes(self, impl: str) -> list[dict[str, Any]]:
+        return self.sdk if impl == "sdk" else self.bare
 
     def pct(self, impl: str) -> float | None:
-        probe = self.sdk if impl == "sdk" else self.bare
-        if probe is None or "error" in probe:
-            return None
-        return core_pct_per_session(probe)
+        """Mean % of a core per session over the rounds that measured (None: none did)."""
+        values = [core_pct_per_session(p) for p in self.probes(impl) if "error" not in p]
+        return sum(values) / len(values) if values else None
 
     @property
     def ratio(self) -> float | None:
         return ratio_of(self.pct("sdk"), self.pct("bare"))
 
+    @property
+    def added_points(self) -> float | None:
+        """What the SDK adds, in points of a core per session (SDK minus bare)."""
+        sdk, bare = self.pct("sdk"), self.pct("bare")
+        return None if sdk is None or bare is None else sdk - bare
+
 
 def by_mode(results: Sequence[dict[str, Any]], modes: Sequence[Mode] = MODES) -> list[ModeCpu]:
     """The probes grouped per mode, in the modes' order."""
-    found = {(r["mode"], r["impl"]): r for r in results}
-    return [ModeCpu(m, found.get((m.key, "sdk")), found.get((m.key, "bare"))) for m in modes]
+
+    def of(key: str, impl: str) -> list[dict[str, Any]]:
+        return [r for r in results if r["mode"] == key and r["impl"] == impl]
+
+    return [ModeCpu(m, of(m.key, "sdk"), of(m.key, "bare")) for m in modes]
 
 
 def cpu_rows(items: Sequence[ModeCpu], sessions: int) -> list[Row]:
@@ -126,21 +140,24 @@ def _nan(value: float | None) -> float:
 
 def _probe_note(item: ModeCpu) -> str:
     parts = []
-    for impl, probe in (("SDK", item.sdk), ("bare", item.bare)):
-        if probe is None:
-            continue
-        if "error" in probe:
-            parts.append(f"{impl} ERROR {probe['error']}")
-            continue
-        frames = ", ".join(
-            f"{kind} {rate:.1f}/s" for kind, rate in probe["frames_per_session_per_s"].items()
-        )
-        parts.append(
-            f"{impl}: uplink {probe['uplink_packets_per_session_per_s']:.1f} pkt/s"
-            + (f", received {frames}" if frames else "")
-            + f"; server {probe['server_cpu_s'] / probe['window_s']:.0%} core"
-            + f"; other processes {probe['other_processes_cores']:.0%}"
-        )
+    added = item.added_points
+    if added is not None:
+        parts.append(f"SDK adds {added:+.2f} points of a core per session")
+    for impl, measured in (("SDK", item.sdk), ("bare", item.bare)):
+        for probe in measured:
+            if "error" in probe:
+                parts.append(f"{impl} ERROR {probe['error']}")
+                continue
+            frames = ", ".join(
+                f"{kind} {rate:.1f}/s" for kind, rate in probe["frames_per_session_per_s"].items()
+            )
+            parts.append(
+                f"{impl} {core_pct_per_session(probe):.2f}%: uplink "
+                f"{probe['uplink_packets_per_session_per_s']:.1f} pkt/s"
+                + (f", received {frames}" if frames else "")
+                + f", server {probe['server_cpu_s'] / probe['window_s']:.0%} core"
+                + f", other processes {probe['other_processes_cores']:.0%}"
+            )
     return f"{item.mode.label}: " + "; ".join(parts) + "."
 
 
@@ -276,7 +293,7 @@ def _level_note(lv: LevelTurns) -> str:
 
 async def _measure(plan: Plan) -> dict[str, Any]:
     async with ChildServer() as server:
-        cpu = await probes(server, plan.sessions, plan.settle, plan.window)
+        cpu = await probes(server, plan.sessions, plan.settle, plan.window, rounds=plan.rounds)
     async with ChildServer(**TURN_SERVER_OPTIONS) as server:
         turns: dict[str, Any] = await run_child(
             ramp_in_child, (server.url, server.token, plan_dict(plan.turns)), 600.0
@@ -295,7 +312,8 @@ def render(measured: dict[str, Any], plan: Plan) -> FigureResult:
     result.notes = [
         f"(a) % of one core per session: client process_time (all threads) over a "
         f"{plan.window:g} s window after {plan.settle:g} s settle, K={plan.sessions} sessions in "
-        f"a fresh child process per (mode, client); staging server in another child process. "
+        f"a fresh child process per (mode, client), mean of {plan.rounds} round(s) in ABBA "
+        f"order; staging server in another child process. "
         f"Bare = python-socketio + aiortc + the SDK's wire builders, no AvatarSession. Targets "
         f"(issue 11) are for the SDK: audio-only <= 4% pre-encoded, <= 7% PCM.",
         *(_probe_note(item) for item in items),
@@ -324,7 +342,8 @@ def render(measured: dict[str, Any], plan: Plan) -> FigureResult:
                 "bare_pct_core_per_session": item.pct("bare"),
                 "ratio": item.ratio,
                 "target_pct": item.mode.target_pct,
-                "probes": [p for p in (item.sdk, item.bare) if p is not None],
+                "sdk_minus_bare_points": item.added_points,
+                "probes": [*item.sdk, *item.bare],
             }
             for item in items
         ],

@@ -246,19 +246,28 @@ async def probe(
     return result
 
 
+def probe_order(modes: Sequence[Mode], rounds: int) -> list[tuple[Mode, str, int]]:
+    """(mode, client, round) in ABBA order per mode: SDK then bare, then bare then SDK, so
+    a drift in the machine's load weighs on both clients alike."""
+    order: list[tuple[Mode, str, int]] = []
+    for spec in modes:
+        impls = ("sdk", "bare") if spec.bare is not None else ("sdk",)
+        for index in range(rounds):
+            for impl in impls if index % 2 == 0 else impls[::-1]:
+                order.append((spec, impl, index))
+    return order
+
+
 async def probes(
-    server: ChildServer, count: int, settle: float, window: float
+    server: ChildServer, count: int, settle: float, window: float, *, rounds: int = 1
 ) -> list[dict[str, Any]]:
-    """Every mode, SDK then bare; a failed probe is recorded with its error, not raised."""
+    """Every mode, both clients, ``rounds`` times; a failed probe is recorded with its
+    error, not raised."""
     out: list[dict[str, Any]] = []
-    for spec in MODES:
-        for impl in ("sdk", "bare"):
-            if impl == "bare" and spec.bare is None:
-                continue
-            try:
-                out.append(
-                    await probe(server, spec.key, impl, count=count, settle=settle, window=window)
-                )
-            except Exception as exc:
-                out.append({"mode": spec.key, "impl": impl, "error": describe_error(exc)})
+    for spec, impl, index in probe_order(MODES, rounds):
+        try:
+            result = await probe(server, spec.key, impl, count=count, settle=settle, window=window)
+        except Exception as exc:
+            result = {"mode": spec.key, "impl": impl, "error": describe_error(exc)}
+        out.append({**result, "round": index})
     return out

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from benchmarks import load
-from benchmarks.load_cpu import MODES, mode
+from benchmarks.load_cpu import MODES, mode, probe_order
 from benchmarks.load_turns import TurnPlan, offsets_for, turns_per_session
 
 
@@ -58,12 +58,27 @@ def test_core_share_per_session_is_cpu_over_window_over_sessions() -> None:
 
 
 def test_ratio_is_sdk_over_bare_and_unknown_without_a_positive_denominator() -> None:
-    item = load.ModeCpu(mode("audio_pcm"), _probe("audio_pcm", "sdk", 1.2), _probe("x", "b", 1.0))
+    sdk = [_probe("audio_pcm", "sdk", 1.0), _probe("audio_pcm", "sdk", 1.4)]  # 5% and 7%
+    item = load.ModeCpu(mode("audio_pcm"), sdk, [_probe("audio_pcm", "bare", 1.0)])
+    assert item.pct("sdk") == pytest.approx(6.0)  # the mean of the rounds
     assert item.ratio == pytest.approx(1.2)
+    assert item.added_points == pytest.approx(1.0)
     assert load.ratio_of(1.0, 0.0) is None
     assert load.ratio_of(None, 1.0) is None
-    failed = load.ModeCpu(mode("av"), {"mode": "av", "impl": "sdk", "error": "boom"}, None)
-    assert failed.pct("sdk") is None and failed.ratio is None
+    failed = load.ModeCpu(mode("av"), [{"mode": "av", "impl": "sdk", "error": "boom"}], [])
+    assert failed.pct("sdk") is None and failed.ratio is None and failed.added_points is None
+
+
+def test_probes_alternate_abba_so_drift_weighs_on_both_clients() -> None:
+    order = [(m.key, impl, r) for m, impl, r in probe_order(MODES[:1], 3)]
+    assert order == [
+        ("control", "sdk", 0),
+        ("control", "bare", 0),
+        ("control", "bare", 1),
+        ("control", "sdk", 1),
+        ("control", "sdk", 2),
+        ("control", "bare", 2),
+    ]
 
 
 def test_cpu_rows_carry_the_issue_targets_on_the_sdk_rows_only() -> None:
