@@ -138,26 +138,38 @@ def _nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
+def _span(values: Sequence[float], fmt: str) -> str:
+    """``min-max`` of ``values`` in ``fmt`` (one number when both read the same)."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}-{high}"
+
+
 def _probe_note(item: ModeCpu) -> str:
+    """One line per mode: each round's figure, and what every probe did and shared."""
     parts = []
-    added = item.added_points
-    if added is not None:
-        parts.append(f"SDK adds {added:+.2f} points of a core per session")
+    if item.added_points is not None:
+        parts.append(f"SDK adds {item.added_points:+.2f} points of a core per session")
+    good = [p for p in (*item.sdk, *item.bare) if "error" not in p]
     for impl, measured in (("SDK", item.sdk), ("bare", item.bare)):
-        for probe in measured:
-            if "error" in probe:
-                parts.append(f"{impl} ERROR {probe['error']}")
-                continue
-            frames = ", ".join(
-                f"{kind} {rate:.1f}/s" for kind, rate in probe["frames_per_session_per_s"].items()
-            )
+        if measured:
             parts.append(
-                f"{impl} {core_pct_per_session(probe):.2f}%: uplink "
-                f"{probe['uplink_packets_per_session_per_s']:.1f} pkt/s"
-                + (f", received {frames}" if frames else "")
-                + f", server {probe['server_cpu_s'] / probe['window_s']:.0%} core"
-                + f", other processes {probe['other_processes_cores']:.0%}"
+                f"{impl} rounds "
+                + ", ".join(
+                    f"ERROR {p['error']}" if "error" in p else f"{core_pct_per_session(p):.2f}%"
+                    for p in measured
+                )
             )
+    if good:
+        kinds = sorted({k for p in good for k in p["frames_per_session_per_s"]})
+        uplink = [p["uplink_packets_per_session_per_s"] for p in good]
+        parts.append(f"uplink {_span(uplink, '.1f')} pkt/s per session")
+        for kind in kinds:
+            rates = [p["frames_per_session_per_s"].get(kind, 0.0) for p in good]
+            parts.append(f"received {kind} {_span(rates, '.1f')}/s")
+        server = [100.0 * p["server_cpu_s"] / p["window_s"] for p in good]
+        other = [100.0 * p["other_processes_cores"] for p in good]
+        parts.append(f"server {_span(server, '.0f')}% of a core")
+        parts.append(f"other processes {_span(other, '.0f')}% of a core")
     return f"{item.mode.label}: " + "; ".join(parts) + "."
 
 
