@@ -153,7 +153,7 @@ def test_the_figure_renders_from_saved_measurements() -> None:
     assert ratio.verdict == "PASS"
     per_process = result.rows[-1]
     assert (per_process.median, per_process.verdict) == (1000.0, "PASS")
-    assert any("bare ERROR RuntimeError: no" in note for note in result.notes)
+    assert any("bare rounds ERROR RuntimeError: no" in note for note in result.notes)
     assert result.data["turns"]["sessions_per_process"] == 1000
     assert result.data["cpu"][1]["ratio"] is None
 
