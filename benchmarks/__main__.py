@@ -1,7 +1,8 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, resilience, guards (default: all), and
-asr (the ASR uplink part of resilience alone; not in the default run).
+Figures: connect, recovery, throughput, media, resilience, guards, load (default: all),
+and asr (the ASR uplink part of resilience alone; not in the default run).
+``BENCH_LOAD_QUICK=1`` shortens ``load`` to a development run.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
 ``benchmarks/RESULTS.md`` and its chart ``benchmarks/recovery-tiers.png`` from it
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, guards, markdown, media, recovery, resilience, throughput
+from . import connect, guards, load, markdown, media, recovery, resilience, throughput
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -32,9 +33,10 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "resilience": (resilience.TITLE, resilience.run),
     "guards": (guards.TITLE, guards.run),
     "asr": (resilience.ASR_TITLE, resilience.run_asr),
+    "load": (load.TITLE, load.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
-DEFAULT = ("connect", "recovery", "throughput", "media", "resilience", "guards")
+DEFAULT = ("connect", "recovery", "throughput", "media", "resilience", "guards", "load")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -91,7 +91,7 @@ IDLE_TIMEOUT = 5.0
 # --------------------------------------------------------------------------- helpers
 
 
-class _BenchStagingServer(StagingServer):
+class BenchStagingServer(StagingServer):
     """The staging server plus one bench-only read-out: CPU time and media frames sent."""
 
     def add_routes(self, app: web.Application) -> None:
@@ -109,15 +109,16 @@ class _BenchStagingServer(StagingServer):
         )
 
 
-async def _serve(conn: Connection) -> None:
-    async with _BenchStagingServer() as staging:
+async def _serve(conn: Connection, options: dict[str, Any]) -> None:
+    async with BenchStagingServer(**options) as staging:
         conn.send((staging.url, staging.token))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
 
-def serve_in_child(conn: Connection) -> None:
-    """Child-process entry point: run the bench staging server until the parent says stop."""
-    asyncio.run(_serve(conn))
+def serve_in_child(conn: Connection, options: dict[str, Any] | None = None) -> None:
+    """Child-process entry point: run the bench staging server (``StagingServer`` keyword
+    arguments in ``options``) until the parent says stop."""
+    asyncio.run(_serve(conn, options or {}))
 
 
 async def server_stats(http: aiohttp.ClientSession) -> dict[str, float]:
@@ -188,9 +189,11 @@ def _median(values: Sequence[float]) -> float:
 class ChildServer:
     """The staging server in a spawned child process (its CPU off this process's clock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **options: Any) -> None:
+        """``options``: ``StagingServer`` keyword arguments (e.g. ``event_spacing``)."""
         self.url = ""
         self.token = ""
+        self._options = options
         self._context = multiprocessing.get_context("spawn")
         self._conn: Connection | None = None
         self._process: BaseProcess | None = None
@@ -199,7 +202,9 @@ class ChildServer:
     async def __aenter__(self) -> ChildServer:
         parent, child = self._context.Pipe()
         self._conn = parent
-        self._process = self._context.Process(target=serve_in_child, args=(child,), daemon=True)
+        self._process = self._context.Process(
+            target=serve_in_child, args=(child, self._options), daemon=True
+        )
         self._process.start()
         loop = asyncio.get_running_loop()
         try:

@@ -1,0 +1,57 @@
+"""A tiny real run of the ``load`` benchmark's probes, so the figure cannot rot unnoticed:
+the SDK and bare clients connect to the bench staging server (in this process here, a
+child process in the benchmark), measure a short window and close without leaving a server
+conversation behind; a two-session level (server in a child process, as in the benchmark)
+answers both turns with nothing leaked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest_asyncio
+
+from avatar_sdk.testing import StagingServer
+from benchmarks.load_cpu import ProbeArgs, _probe
+from benchmarks.load_turns import TurnPlan, _level
+from benchmarks.media import BenchStagingServer, ChildServer
+
+from ..conftest import until
+
+
+@pytest_asyncio.fixture
+async def bench_server() -> AsyncIterator[StagingServer]:
+    async with BenchStagingServer() as server:
+        yield server
+
+
+async def test_control_probe_measures_sdk_and_bare_and_leaves_nothing(
+    bench_server: StagingServer,
+) -> None:
+    for impl in ("sdk", "bare"):
+        args = ProbeArgs(bench_server.url, bench_server.token, "control", impl, 1, 0.0, 0.2)
+        result = await _probe(args)
+        assert result["impl"] == impl and result["sessions"] == 1
+        assert result["window_s"] >= 0.2 and result["client_cpu_s"] >= 0.0
+        assert await until(lambda: not bench_server.conversations, timeout=3.0)
+
+
+async def test_bare_encoded_uplink_sends_and_receives_audio(
+    bench_server: StagingServer,
+) -> None:
+    args = ProbeArgs(bench_server.url, bench_server.token, "audio_encoded", "bare", 1, 0.1, 0.4)
+    result = await _probe(args)
+    assert result["uplink_packets_per_session_per_s"] > 10.0
+    assert result["frames_per_session_per_s"]["audio"] > 10.0
+    assert await until(lambda: not bench_server.conversations, timeout=3.0)
+
+
+async def test_a_level_answers_every_session_and_leaks_nothing() -> None:
+    # The server in its own process, as in the benchmark: every task left here is ours.
+    plan = TurnPlan(min_turns=2, spread=0.2, batch=2, turn_timeout=5.0, idle_timeout=3.0)
+    async with ChildServer() as server, aiohttp.ClientSession(base_url=server.url) as http:
+        record = await _level(http, server.url, server.token, 2, plan)
+    assert "error" not in record
+    assert (record["sessions_answered"], record["turns_answered"]) == (2, 2)
+    assert record["ended_ms"]["n"] == 2 and record["ended_ms"]["p90_ms"] > 0.0
+    assert (record["server_left"], record["tasks_leaked"]) == (0, 0)

@@ -1,0 +1,167 @@
+"""The ``load`` benchmark's pure parts: per-session CPU, SDK/bare ratios, the p90 ratio to
+one session, sessions per process, the send schedule, and the figure rendered from saved
+measurements (no measuring here)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+
+from benchmarks import load
+from benchmarks.load_cpu import MODES, mode, probe_order
+from benchmarks.load_turns import TurnPlan, offsets_for, turns_per_session
+
+
+def _probe(key: str, impl: str, cpu_s: float, *, sessions: int = 4) -> dict[str, Any]:
+    return {
+        "mode": key,
+        "impl": impl,
+        "sessions": sessions,
+        "window_s": 5.0,
+        "client_cpu_s": cpu_s,
+        "server_cpu_s": 1.0,
+        "machine_busy_cores": 0.5,
+        "other_processes_cores": 0.05,
+        "uplink_packets_per_session_per_s": 50.0,
+        "frames_per_session_per_s": {"audio": 50.0},
+    }
+
+
+def _level(level: int, p90_ms: float, *, answered: int | None = None) -> dict[str, Any]:
+    summary = {"n": level, "median_ms": p90_ms - 1, "p90_ms": p90_ms, "max_ms": p90_ms + 5}
+    return {
+        "level": level,
+        "connect_s": 0.1,
+        "connected": level,
+        "connect_ms": summary,
+        "sessions_answered": level if answered is None else answered,
+        "turns_answered": level if answered is None else answered,
+        "ended_ms": summary,
+        "first_text_ms": {**summary, "p90_ms": p90_ms / 4},
+        "window_s": 4.0,
+        "client_core_share": 0.2,
+        "server_core_share": 0.1,
+        "other_processes_cores": 0.0,
+        "loop_lag_ms": {"p90_ms": 1.0},
+        "server_left": 0,
+        "tasks_leaked": 0,
+        "fds_leaked": 0,
+    }
+
+
+def test_core_share_per_session_is_cpu_over_window_over_sessions() -> None:
+    # 1 s of CPU in a 5 s window shared by 4 sessions: 5% of a core each.
+    assert load.core_pct_per_session(_probe("audio_pcm", "sdk", 1.0)) == pytest.approx(5.0)
+
+
+def test_ratio_is_sdk_over_bare_and_unknown_without_a_positive_denominator() -> None:
+    sdk = [_probe("audio_pcm", "sdk", 1.0), _probe("audio_pcm", "sdk", 1.4)]  # 5% and 7%
+    item = load.ModeCpu(mode("audio_pcm"), sdk, [_probe("audio_pcm", "bare", 1.0)])
+    assert item.pct("sdk") == pytest.approx(6.0)  # the mean of the rounds
+    assert item.ratio == pytest.approx(1.2)
+    assert item.added_points == pytest.approx(1.0)
+    assert load.ratio_of(1.0, 0.0) is None
+    assert load.ratio_of(None, 1.0) is None
+    failed = load.ModeCpu(mode("av"), [{"mode": "av", "impl": "sdk", "error": "boom"}], [])
+    assert failed.pct("sdk") is None and failed.ratio is None and failed.added_points is None
+
+
+def test_probes_alternate_abba_so_drift_weighs_on_both_clients() -> None:
+    order = [(m.key, impl, r) for m, impl, r in probe_order(MODES[:1], 3)]
+    assert order == [
+        ("control", "sdk", 0),
+        ("control", "bare", 0),
+        ("control", "bare", 1),
+        ("control", "sdk", 1),
+        ("control", "sdk", 2),
+        ("control", "bare", 2),
+    ]
+
+
+def test_cpu_rows_carry_the_issue_targets_on_the_sdk_rows_only() -> None:
+    results = [
+        _probe("audio_pcm", "sdk", 1.6),  # 8% > 7%
+        _probe("audio_pcm", "bare", 1.6),
+        _probe("audio_encoded", "sdk", 0.6),  # 3% <= 4%
+        _probe("audio_encoded", "bare", 0.5),
+    ]
+    rows = {row.label: row for row in load.cpu_rows(load.by_mode(results), 4)}
+    pcm = rows["SDK CPU/session, audio-only, PCM tone uplink"]
+    assert pcm.median == pytest.approx(8.0)
+    assert pcm.verdict == "FAIL"
+    encoded = rows["SDK CPU/session, audio-only, pre-encoded uplink"]
+    assert encoded.median == pytest.approx(3.0)
+    assert encoded.verdict == "PASS"
+    assert rows["  SDK/bare, audio-only, pre-encoded uplink"].median == pytest.approx(1.2)
+    assert rows["  bare aiortc CPU/session, audio-only, PCM tone uplink"].target is None
+    # Modes that were not measured still get their rows, as not-a-number.
+    assert math.isnan(rows["SDK CPU/session, audio+video, PCM tone uplink"].median)
+
+
+def test_modes_are_a_table_each_with_an_sdk_builder() -> None:
+    keys = [m.key for m in MODES]
+    assert keys == ["control", "audio_pcm", "audio_encoded", "av"]
+    assert len(set(keys)) == len(keys)
+    assert all(m.bare is not None for m in MODES)
+    with pytest.raises(KeyError):
+        mode("nope")
+
+
+def test_p90_ratios_are_against_the_lowest_level() -> None:
+    levels = load.levels_with_ratios([_level(1, 20.0), _level(100, 30.0), _level(1000, 50.0)])
+    assert [lv.ended_ratio for lv in levels] == [1.0, 1.5, 2.5]
+    assert [lv.text_ratio for lv in levels] == [1.0, 1.5, 2.5]
+    assert load.sessions_per_process(levels) == 100  # 1000 is over 2x
+
+
+def test_a_level_with_an_unanswered_session_fails_and_stops_the_count() -> None:
+    levels = load.levels_with_ratios(
+        [_level(1, 20.0), _level(100, 21.0, answered=99), _level(1000, 22.0)]
+    )
+    assert [lv.passed() for lv in levels] == [True, False, True]
+    assert load.sessions_per_process(levels) == 1
+    assert load.sessions_per_process([]) == 0
+
+
+def test_sends_are_spread_evenly_and_a_session_turns_in_order() -> None:
+    offsets = offsets_for(3, 2, 3.0)
+    flat = sorted(x for session in offsets for x in session)
+    assert flat == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
+    assert all(a < b for session in offsets for a, b in itertools.pairwise(session))
+    plan = TurnPlan(min_turns=20)
+    assert [turns_per_session(n, plan) for n in (1, 3, 20, 1000)] == [20, 7, 1, 1]
+
+
+def test_the_figure_renders_from_saved_measurements() -> None:
+    measured = {
+        "cpu": [
+            _probe("control", "sdk", 0.001),
+            _probe("control", "bare", 0.001),
+            _probe("audio_pcm", "sdk", 1.2),
+            {"mode": "audio_pcm", "impl": "bare", "error": "RuntimeError: no"},
+        ],
+        "turns": {"levels": [_level(1, 20.0), _level(1000, 30.0)]},
+    }
+    result = load.render(measured, load.FULL)
+    labels = [row.label for row in result.rows]
+    assert "speak -> agent_turn_ended, 1000 sessions" in labels
+    ratio = next(r for r in result.rows if r.label == "  p90 / 1 session's, 1000 sessions")
+    assert ratio.median == pytest.approx(1.5)
+    assert ratio.verdict == "PASS"
+    per_process = result.rows[-1]
+    assert (per_process.median, per_process.verdict) == (1000.0, "PASS")
+    assert any("bare rounds ERROR RuntimeError: no" in note for note in result.notes)
+    assert result.data["turns"]["sessions_per_process"] == 1000
+    assert result.data["cpu"][1]["ratio"] is None
+
+
+def test_the_quick_plan_is_one_environment_variable_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(load.QUICK_ENV, raising=False)
+    assert load.current_plan() is load.FULL
+    monkeypatch.setenv(load.QUICK_ENV, "1")
+    assert load.current_plan() is load.QUICK
+    monkeypatch.setenv(load.QUICK_ENV, "0")
+    assert load.current_plan() is load.FULL
