@@ -1,10 +1,12 @@
 """Figure ``load``: CPU per session per mode (SDK beside bare aiortc), sessions per process.
 
 (a) :mod:`.load_cpu`: for every mode of :data:`~.load_cpu.MODES` (control-only, audio-only
-    with a PCM tone uplink, audio-only with a pre-encoded uplink, audio+video), K sessions
-    in a fresh child process, % of one core per session over a steady window; then the
-    same for a bare client doing the same work (:mod:`.bare`); the ratio SDK/bare is what
-    the SDK adds. Issue 11's targets (audio-only <= 4% encoded, <= 7% PCM) are information.
+    with a PCM tone uplink, the same with ``audio_codec="loop"``, audio-only with a
+    pre-encoded uplink, audio+video), K sessions in a fresh child process, % of one core
+    per session over a steady window; then the same for a bare client doing the same
+    work (:mod:`.bare`); the ratio SDK/bare is what the SDK adds (the on-loop mode's bare
+    client is audio_pcm's: bare aiortc has no such option). Issue 11's targets (audio-only
+    <= 4% encoded, <= 7% PCM, on-loop or not) are information.
 (b) :mod:`.load_turns`: control-only sessions in one child process at rising levels, one
     text turn each spread over a few seconds: reply latency per level, every session
     answered, p90 against the single session's (target: 1,000 sessions, p90 < 2x).
@@ -146,7 +148,7 @@ def _span(values: Sequence[float], fmt: str) -> str:
 
 def _probe_note(item: ModeCpu) -> str:
     """One line per mode: each round's figure, and what every probe did and shared."""
-    parts = []
+    parts = [] if item.mode.note is None else [item.mode.note]
     if item.added_points is not None:
         parts.append(f"SDK adds {item.added_points:+.2f} points of a core per session")
     good = [p for p in (*item.sdk, *item.bare) if "error" not in p]
@@ -327,7 +329,9 @@ def render(measured: dict[str, Any], plan: Plan) -> FigureResult:
         f"a fresh child process per (mode, client), mean of {plan.rounds} round(s) in ABBA "
         f"order; staging server in another child process. "
         f"Bare = python-socketio + aiortc + the SDK's wire builders, no AvatarSession. Targets "
-        f"(issue 11) are for the SDK: audio-only <= 4% pre-encoded, <= 7% PCM.",
+        f"(issue 11) are for the SDK: audio-only <= 4% pre-encoded, <= 7% PCM. The "
+        f"pre-encoded uplink is EncodedToneSource (440 Hz, encoded once per process) for "
+        f"both clients.",
         *(_probe_note(item) for item in items),
         f"(b) control-only SDK sessions in one child process, connected in batches of "
         f"{plan.turns.batch}; one text turn per session (at least {plan.turns.min_turns} turns "

@@ -3,10 +3,11 @@
 Sources are aiortc ``MediaStreamTrack`` objects for ``AvatarSession(audio=...)`` and
 ``switch_audio()``: :class:`SilenceSource`, :class:`ToneSource`, :func:`file_source`,
 :class:`MicrophoneSource` (``pip install avatar-sdk[mic]``) and :class:`FailingSource`
-(tests); pre-encoded Opus, sent as it is: :class:`OpusFileSource` and
-:class:`EncodedSilenceSource`. Sinks read ``session.avatar_audio`` / ``avatar_video``:
-:class:`FrameIterator`, :class:`AudioLevelMeter` and :func:`record_avatar`. Device failures
-map to public codes through :func:`classify_device_error`.
+(tests); pre-encoded Opus, sent as it is: :class:`OpusFileSource`,
+:class:`EncodedSilenceSource` and :class:`EncodedToneSource`. Sinks read
+``session.avatar_audio`` / ``avatar_video``: :class:`FrameIterator`,
+:class:`AudioLevelMeter` and :func:`record_avatar`. Device failures map to public codes
+through :func:`classify_device_error`.
 """
 
 from .devices import (
@@ -17,7 +18,7 @@ from .devices import (
     classify_device_error,
     device_error,
 )
-from .encoded import EncodedSilenceSource, OpusFileSource
+from .encoded import EncodedSilenceSource, EncodedToneSource, OpusFileSource
 from .sinks import AudioLevelMeter, FrameIterator, Recorder, frame_rms, record_avatar
 from .sources import (
     FRAME_SAMPLES,
@@ -42,6 +43,7 @@ __all__ = [
     "DeviceNotFoundError",
     "DevicePermissionError",
     "EncodedSilenceSource",
+    "EncodedToneSource",
     "FailingSource",
     "FrameIterator",
     "MicrophoneSource",

@@ -7,16 +7,21 @@ The cheapest uplink is the one that encodes nothing: these sources yield Opus
 * :class:`OpusFileSource` demuxes an Ogg/Opus file with PyAV (no decoder is ever opened)
   and paces its packets on the wall clock by each packet's length.
 * :class:`EncodedSilenceSource` sends the 3-byte Opus silence frame every 20 ms.
+* :class:`EncodedToneSource` cycles through one second of a tone encoded once per process
+  (:func:`~.opus.encoded_tone`): an audible bot uplink that encodes nothing per packet.
 
-Both pace like the PCM sources: the first packet at once, then one per packet length of
+All pace like the PCM sources: the first packet at once, then one per packet length of
 monotonic time; a consumer more than :data:`_MAX_LAG` behind re-anchors instead of
-receiving a burst of stale audio.
+receiving a burst of stale audio. Every packet carries its ``pts`` (samples since the
+source started) so a bare aiortc sender, which takes the RTP timestamp from it, can send
+them too; the SDK's uplink restamps them on its own timeline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -33,11 +38,12 @@ from .opus import (
     FRAME_SAMPLES,
     OPUS_SILENCE,
     SAMPLE_RATE,
+    encoded_tone,
     opus_packet,
     opus_packet_samples,
 )
 
-__all__ = ["EncodedSilenceSource", "OpusFileSource", "opus_file_or_none"]
+__all__ = ["EncodedSilenceSource", "EncodedToneSource", "OpusFileSource", "opus_file_or_none"]
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +90,51 @@ class EncodedSilenceSource(MediaStreamTrack):
         if self.readyState != "live":
             raise MediaStreamError
         await self._pacer.wait(self)
+        pts = self._pacer.pts
         self._pacer.sent(FRAME_SAMPLES)  # committed once due: a cancel skips nothing
         self.packets += 1
-        return opus_packet(OPUS_SILENCE, FRAME_SAMPLES)
+        return opus_packet(OPUS_SILENCE, FRAME_SAMPLES, pts)
+
+
+class EncodedToneSource(MediaStreamTrack):
+    """A continuous sine tone as pre-encoded Opus: :class:`~.sources.ToneSource`'s sound
+    for the cost of a copy per 20 ms packet.
+
+    One second of the tone is encoded once per process per (frequency, amplitude) by the
+    voice encoder (mono, 32 kb/s; a few milliseconds, in the constructor) and shared by
+    every source; the source cycles through those 50 packets. An integer frequency loops
+    without a seam; another one has a phase jump once a second. Made for bots and load
+    tests that need an audible uplink on many sessions at once.
+
+    :raises AvatarError: ``invalid_argument`` for a frequency outside (0, 24000) Hz or an
+        amplitude outside [0, 1].
+    """
+
+    kind = "audio"
+
+    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+        if not (math.isfinite(frequency) and 0 < frequency < SAMPLE_RATE / 2):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"frequency must be in (0, {SAMPLE_RATE // 2}) Hz"
+            )
+        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= 1.0):
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "amplitude must be in [0, 1]")
+        super().__init__()
+        self.frequency = float(frequency)
+        self.amplitude = float(amplitude)
+        self._cycle = encoded_tone(self.frequency, self.amplitude)
+        self._pacer = _Pacer()
+        self.packets = 0
+
+    async def recv(self) -> av.Packet[Any]:
+        if self.readyState != "live":
+            raise MediaStreamError
+        await self._pacer.wait(self)
+        pts = self._pacer.pts
+        self._pacer.sent(FRAME_SAMPLES)  # committed once due: a cancel skips nothing
+        self.packets += 1
+        payload = self._cycle[(pts // FRAME_SAMPLES) % len(self._cycle)]
+        return opus_packet(payload, FRAME_SAMPLES, pts)
 
 
 class _NotPlainOpus(AvatarError):
@@ -152,9 +200,10 @@ class OpusFileSource(MediaStreamTrack):
         await self._pacer.wait(self)
         payload, self._pending = self._pending, None  # committed once due
         samples = opus_packet_samples(payload) or FRAME_SAMPLES
+        pts = self._pacer.pts
         self._pacer.sent(samples)
         self.packets += 1
-        return opus_packet(payload, samples)
+        return opus_packet(payload, samples, pts)
 
     def _read(self) -> bytes:
         """The next packet's payload; at the end, loop or end the track."""

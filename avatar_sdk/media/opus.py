@@ -1,4 +1,4 @@
-"""Opus without a round trip: packet lengths, pre-encoded silence, the voice encoder.
+"""Opus without a round trip: packet lengths, pre-encoded silence and tone, the voice encoder.
 
 Shared by the uplink (:mod:`avatar_sdk.transport.asr`), the pre-encoded sources
 (:mod:`.encoded`) and the staging backend's voice. It imports nothing from the transport
@@ -8,9 +8,12 @@ layer, so the sources can use it without an import cycle.
 from __future__ import annotations
 
 import fractions
+import functools
+import math
 from typing import Any, Final
 
 import av
+import numpy as np
 
 __all__ = [
     "FRAME_SAMPLES",
@@ -18,9 +21,11 @@ __all__ = [
     "SAMPLE_RATE",
     "VOICE_BITRATE",
     "VoiceEncoder",
+    "encoded_tone",
     "opus_packet_samples",
     "opus_silence",
     "packet_samples",
+    "tone_second",
 ]
 
 SAMPLE_RATE: Final = 48_000
@@ -66,11 +71,19 @@ def packet_samples(packet: av.Packet[Any]) -> int:
     return opus_packet_samples(bytes(packet)) or FRAME_SAMPLES
 
 
-def opus_packet(payload: bytes, samples: int | None = None) -> av.Packet[Any]:
-    """``payload`` as an ``av.Packet`` with its duration (default: read from the TOC)."""
+def opus_packet(
+    payload: bytes, samples: int | None = None, pts: int | None = None
+) -> av.Packet[Any]:
+    """``payload`` as an ``av.Packet`` with its duration (default: read from the TOC).
+
+    ``pts`` (48 kHz samples) matters to a bare aiortc sender, which takes the RTP
+    timestamp from it; the SDK's uplink restamps every packet on its own timeline.
+    """
     packet = av.Packet(payload)
     packet.duration = samples or opus_packet_samples(payload) or FRAME_SAMPLES
     packet.time_base = TIME_BASE
+    if pts is not None:
+        packet.pts = pts
     return packet
 
 
@@ -106,3 +119,40 @@ class VoiceEncoder:
             chunk.pts = None
             packets.extend(self._codec.encode(chunk))
         return packets
+
+
+@functools.lru_cache(maxsize=16)
+def tone_second(frequency: float, amplitude: float) -> bytes:
+    """One second of a sine plus one frame (so any 20 ms slice is contiguous), s16 mono.
+
+    Index ``i`` is sample ``i mod 48000``: an integer frequency loops seamlessly after one
+    second. numpy once per (frequency, amplitude), not a ``math.sin`` per sample.
+    """
+    peak = amplitude * 32767
+    index = np.arange(SAMPLE_RATE + FRAME_SAMPLES, dtype=np.int64) % SAMPLE_RATE
+    samples = np.rint(peak * np.sin(2 * math.pi * frequency * index / SAMPLE_RATE))
+    return samples.astype(np.int16).tobytes()
+
+
+@functools.lru_cache(maxsize=16)
+def encoded_tone(frequency: float, amplitude: float) -> tuple[bytes, ...]:
+    """One second of the tone as 50 Opus packets of 20 ms (:class:`VoiceEncoder`), cached.
+
+    Encoded once per process per (frequency, amplitude), a few milliseconds; a source that
+    cycles through the result costs nothing per packet. The second lap of two is kept:
+    its first packet was encoded right after the end of the first lap, so the cycle loops
+    as a continuous stream would (for an integer frequency, which repeats every second).
+    """
+    pcm = tone_second(frequency, amplitude)
+    encoder = VoiceEncoder()
+    step = FRAME_SAMPLES * 2  # bytes per frame
+    cycle: list[bytes] = []
+    for lap in range(2):
+        for n in range(SAMPLE_RATE // FRAME_SAMPLES):
+            frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+            frame.planes[0].update(pcm[n * step : (n + 1) * step])
+            frame.sample_rate = SAMPLE_RATE
+            packets = encoder.encode(frame)
+            if lap:
+                cycle.extend(bytes(p) for p in packets)
+    return tuple(cycle)

@@ -7,9 +7,9 @@ PyAV and numpy:
   H264/VP8 round trip with :func:`read_frame_counter`;
 * :class:`ToneTrack`: 48 kHz mono 20 ms frames, a sine while ``active()`` says so (the
   avatar is speaking), digital silence otherwise;
-* :class:`OpusToneTrack`: the same voice as Opus packets, encoded once per process (a
-  one-second cycle of packets, the 3-byte Opus silence frame when quiet): what the staging
-  server sends, so a viewer costs no encoding at all;
+* :class:`OpusToneTrack`: the same voice as Opus packets, encoded once per process (the
+  one-second cycle of :func:`~avatar_sdk.media.opus.encoded_tone`, the 3-byte Opus silence
+  frame when quiet): what the staging server sends, so a viewer costs no encoding at all;
 * :class:`MediaGate`: stalls every track that shares it. A stalled ``recv()`` blocks, so
   aiortc sends no RTP while ICE, DTLS and RTCP stay up: exactly a "media stall".
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fractions
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..media.opus import OPUS_SILENCE, VoiceEncoder, opus_packet
+from ..media.opus import OPUS_SILENCE, encoded_tone, opus_packet, tone_second
 
 __all__ = [
     "AUDIO_RATE",
@@ -189,19 +188,6 @@ def read_frame_counter(frame: av.VideoFrame) -> int | None:
     return word & 0xFFFFFF
 
 
-@functools.lru_cache(maxsize=16)
-def _tone_second(frequency: float, amplitude: float) -> bytes:
-    """One second of the tone plus one frame (any slice is contiguous), s16, shared.
-
-    An integer frequency loops seamlessly. Computed once per (frequency, amplitude) with
-    numpy rather than per track with a ``math.sin`` per sample (~50k calls per session).
-    """
-    peak = amplitude * 32767
-    index = np.arange(AUDIO_RATE + AUDIO_FRAME, dtype=np.int64) % AUDIO_RATE
-    samples = np.rint(peak * np.sin(2 * math.pi * frequency * index / AUDIO_RATE))
-    return samples.astype(np.int16).tobytes()
-
-
 class ToneTrack(_PacedTrack):
     """48 kHz mono audio: a sine while ``active()`` is true, silence otherwise."""
 
@@ -217,7 +203,7 @@ class ToneTrack(_PacedTrack):
     ) -> None:
         super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
         self.active = active
-        self._tone = _tone_second(float(frequency), max(0.0, min(1.0, amplitude)))
+        self._tone = tone_second(float(frequency), max(0.0, min(1.0, amplitude)))
         self._silence = bytes(AUDIO_FRAME * 2)
         self._pts = 0
         self.tone_frames = 0
@@ -240,29 +226,6 @@ class ToneTrack(_PacedTrack):
         return frame
 
 
-@functools.lru_cache(maxsize=16)
-def _tone_packets(frequency: float, amplitude: float) -> tuple[bytes, ...]:
-    """One second of the tone as Opus packets (20 ms each), encoded once per process.
-
-    The second lap of two is kept: its first packet was encoded right after the end of
-    the first lap, so the cycle loops as a continuous stream would (an integer frequency
-    repeats every second).
-    """
-    pcm = _tone_second(frequency, amplitude)
-    encoder = VoiceEncoder()
-    per_second = AUDIO_RATE // AUDIO_FRAME
-    cycle: list[bytes] = []
-    for lap in range(2):
-        for n in range(per_second):
-            frame = av.AudioFrame(format="s16", layout="mono", samples=AUDIO_FRAME)
-            frame.planes[0].update(pcm[n * AUDIO_FRAME * 2 : (n + 1) * AUDIO_FRAME * 2])
-            frame.sample_rate = AUDIO_RATE
-            packets = encoder.encode(frame)
-            if lap:
-                cycle.extend(bytes(p) for p in packets)
-    return tuple(cycle)
-
-
 class OpusToneTrack(_PacedTrack):
     """:class:`ToneTrack`'s voice as pre-encoded Opus packets (nothing encoded per frame).
 
@@ -283,7 +246,7 @@ class OpusToneTrack(_PacedTrack):
     ) -> None:
         super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
         self.active = active
-        self._cycle = _tone_packets(float(frequency), max(0.0, min(1.0, amplitude)))
+        self._cycle = encoded_tone(float(frequency), max(0.0, min(1.0, amplitude)))
         self._pts = 0
         self.tone_frames = 0
 
@@ -295,8 +258,7 @@ class OpusToneTrack(_PacedTrack):
             self.tone_frames += 1
         else:
             payload = OPUS_SILENCE
-        packet = opus_packet(payload, AUDIO_FRAME)
-        packet.pts = self._pts
+        packet = opus_packet(payload, AUDIO_FRAME, self._pts)
         self._pts += AUDIO_FRAME
         self.frames_sent += 1
         return packet

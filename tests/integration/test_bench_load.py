@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import aiohttp
+import pytest
 import pytest_asyncio
 
 from avatar_sdk.testing import StagingServer
@@ -36,10 +37,16 @@ async def test_control_probe_measures_sdk_and_bare_and_leaves_nothing(
         assert await until(lambda: not bench_server.conversations, timeout=3.0)
 
 
-async def test_bare_encoded_uplink_sends_and_receives_audio(
-    bench_server: StagingServer,
+@pytest.mark.parametrize(
+    ("key", "impl"),
+    [("audio_encoded", "bare"), ("audio_encoded", "sdk"), ("audio_pcm_loop", "sdk")],
+)
+async def test_audio_probes_send_and_receive_audio(
+    bench_server: StagingServer, key: str, impl: str
 ) -> None:
-    args = ProbeArgs(bench_server.url, bench_server.token, "audio_encoded", "bare", 1, 0.1, 0.4)
+    # The bare client sends EncodedToneSource's packets through a stock aiortc sender,
+    # which stamps RTP from their pts: the server must hear a paced stream.
+    args = ProbeArgs(bench_server.url, bench_server.token, key, impl, 1, 0.1, 0.4)
     result = await _probe(args)
     assert result["uplink_packets_per_session_per_s"] > 10.0
     assert result["frames_per_session_per_s"]["audio"] > 10.0

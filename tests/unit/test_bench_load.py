@@ -103,11 +103,24 @@ def test_cpu_rows_carry_the_issue_targets_on_the_sdk_rows_only() -> None:
 
 def test_modes_are_a_table_each_with_an_sdk_builder() -> None:
     keys = [m.key for m in MODES]
-    assert keys == ["control", "audio_pcm", "audio_encoded", "av"]
+    assert keys == ["control", "audio_pcm", "audio_pcm_loop", "audio_encoded", "av"]
     assert len(set(keys)) == len(keys)
     assert all(m.bare is not None for m in MODES)
     with pytest.raises(KeyError):
         mode("nope")
+
+
+def test_the_on_loop_mode_is_compared_with_the_bare_pcm_client_and_says_so() -> None:
+    on_loop, pcm = mode("audio_pcm_loop"), mode("audio_pcm")
+    assert on_loop.bare is pcm.bare  # bare aiortc has no on-loop codec option
+    assert on_loop.target_pct == 7.0
+    assert on_loop.label == "audio-only, PCM tone uplink, audio_codec='loop'"
+    results = [_probe("audio_pcm_loop", "sdk", 0.9), _probe("audio_pcm_loop", "bare", 1.6)]
+    result = load.render({"cpu": results, "turns": {"levels": []}}, load.QUICK)
+    note = next(n for n in result.notes if n.startswith(on_loop.label + ":"))
+    assert "no on-loop codec option" in note and "SDK adds -3.50 points" in note
+    row = next(r for r in result.rows if r.label == f"SDK CPU/session, {on_loop.label}")
+    assert (row.median, row.verdict) == (pytest.approx(4.5), "PASS")
 
 
 def test_p90_ratios_are_against_the_lowest_level() -> None:
