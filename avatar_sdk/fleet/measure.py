@@ -128,8 +128,8 @@ class FleetStats:
 
     ``snapshot()`` is cheap enough for a progress display a few times a second (it sorts
     the latencies it summarises); ``timeline()`` buckets the run into ``bucket``-second
-    slices from the first measurement: active sessions at each slice's end and the
-    latencies of the turns that ended in it.
+    slices from the first measurement: the peak of active sessions in each slice and the
+    latencies measured in it.
     """
 
     def __init__(self, *, bucket: float = 1.0) -> None:
@@ -235,8 +235,9 @@ class FleetStats:
         }
 
     def timeline(self) -> list[dict[str, Any]]:
-        """Per bucket: ``{"t": bucket end (s from the start), "active": sessions open at that
-        moment, "<latency>_p50"/"_p90": of the samples stamped in the bucket (None if none)}``."""
+        """Per bucket: ``{"t": bucket end (s from the start), "active": the most sessions open
+        at once during the bucket, "<latency>_p50"/"_p90": of the samples stamped in the
+        bucket (None if none)}``."""
         if self.start is None or self.last is None:
             return []
         start, width = self.start, self.bucket
@@ -250,10 +251,12 @@ class FleetStats:
         active, cursor = 0, 0
         for index in range(count):
             end = start + (index + 1) * width
+            peak = active
             while cursor < len(activity) and activity[cursor][0] <= end + 1e-9:
                 active += activity[cursor][1]
+                peak = max(peak, active)
                 cursor += 1
-            row: dict[str, Any] = {"t": round((index + 1) * width, 6), "active": active}
+            row: dict[str, Any] = {"t": round((index + 1) * width, 6), "active": peak}
             for name in LATENCIES:
                 values = per_bucket[index].get(name, [])
                 row[f"{name}_p50"] = percentile(values, 50)

@@ -189,15 +189,21 @@ class _SessionRun:
         session.on("ended", ended)
 
     async def run(self) -> None:
-        """Wait for the ramp slot, run the session; never raises but ``CancelledError``."""
-        await sleep_unless(self.stop, self.assignment.start_of(self.index) - time.time())
-        if self.stop.is_set():
-            self.emit("session_finished", status="failed", code=STOPPED, seconds=0.0)
-            return
-        self.emit("session_started")
+        """Wait for the ramp slot, run the session; never raises but ``CancelledError``
+        (after reporting the session ``stopped``)."""
         started = time.monotonic()
         try:
+            await sleep_unless(self.stop, self.assignment.start_of(self.index) - time.time())
+            if self.stop.is_set():
+                self.emit("session_finished", status="failed", code=STOPPED, seconds=0.0)
+                return
+            self.emit("session_started")
+            started = time.monotonic()
             code = await self._live()
+        except asyncio.CancelledError:
+            seconds = time.monotonic() - started
+            self.emit("session_finished", status="failed", code=STOPPED, seconds=seconds)
+            raise
         except Exception as exc:  # a bug of the fleet itself: reported, never spread
             log.error("fleet session %d failed: %r", self.index, exc, exc_info=exc)
             code = "internal"

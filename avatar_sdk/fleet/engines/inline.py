@@ -22,8 +22,8 @@ class InlineEngine:
         self.stop = asyncio.Event()
 
     async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
-        """Until every session finished. Cancelled: sets ``stop`` first, so sessions close
-        and report ``stopped`` before the cancellation reaches them."""
+        """Until every session finished. Cancelled: every session closes and is reported
+        ``stopped``; setting ``stop`` does the same without cancelling."""
         self.stop = asyncio.Event()
         async with asyncio.TaskGroup() as tasks:
             for assignment in assignments:
