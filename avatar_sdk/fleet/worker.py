@@ -256,6 +256,8 @@ class _SessionRun:
             except TimeoutError:
                 self.emit("error", code="greeting_timeout", recoverable=True)
             await self._iterations(session, listener)
+            if self.stop.is_set():
+                return STOPPED  # cut short (a pause ends early on a stop), not completed
         except Exception as exc:
             code = classify(exc, self.ended)
             if not isinstance(exc, AvatarError) or exc.code is not ErrorCode.CLOSED:
@@ -276,7 +278,7 @@ class _SessionRun:
         for iteration in itertools.count():
             if plan.iterations and iteration >= plan.iterations:
                 return
-            if stop_at is not None and time.time() >= stop_at:
+            if self.stop.is_set() or (stop_at is not None and time.time() >= stop_at):
                 return
             ctx = ScenarioContext(
                 session=session,

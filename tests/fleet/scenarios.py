@@ -33,3 +33,9 @@ async def kills_worker_1(session: AvatarSession, ctx: ScenarioContext) -> None:
     if ctx.worker == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     await ctx.turn("Hello!")
+
+
+async def long_pause(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Talks once, then waits far longer than any test: only a stop ends it."""
+    await ctx.turn("Hello!")
+    await ctx.pause(120)

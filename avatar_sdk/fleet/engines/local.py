@@ -196,9 +196,7 @@ class LocalEngine:
         finally:
             await self._shutdown(workers, inbox, emit, reader)
 
-    async def _start(
-        self, workers: dict[int, _Worker], inbox: _Inbox, emit: Emit
-    ) -> None:
+    async def _start(self, workers: dict[int, _Worker], inbox: _Inbox, emit: Emit) -> None:
         """Wait until every worker is ready (or gone), then start the ramp on all of them."""
         deadline = time.monotonic() + self.start_timeout
         while not all(w.ready or w.gone for w in workers.values()):
