@@ -1,5 +1,5 @@
-"""``avatar-sdk``: talk to an avatar headless, the fault-tour demo, the state diagram, and a
-standalone staging backend.
+"""``avatar-sdk``: talk to an avatar headless, the fault-tour demo, fleets of sessions
+(:mod:`avatar_sdk._cli.fleet`), the state diagram, and a standalone staging backend.
 
 Usage errors exit 2 (click's convention); ``talk`` has its own exit-code contract
 (:mod:`avatar_sdk._cli.exits`, printed by ``avatar-sdk talk --help``).
@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from ._cli import exits
+from ._cli.fleet import command as fleet_command
 from ._version import __version__
 from .errors import AvatarError
 from .testing import StagingServer
@@ -51,6 +52,7 @@ def main(*, verbose: bool) -> None:
     \b
     avatar-sdk talk URL --say "Hello"     a headless conversation (token: AVATAR_TOKEN)
     avatar-sdk demo                       the fault tour against the embedded staging backend
+    avatar-sdk fleet SCENARIO -n 50       many sessions at once: load tests and bot fleets
     avatar-sdk staging serve --port 8765  a standalone staging backend with a fault API
     avatar-sdk diagram                    the session state machine as Mermaid
     """
@@ -224,6 +226,10 @@ def demo(*, no_media: bool, faults: str | None) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--faults") from None
     sys.exit(run_demo(chosen, media=not no_media))
+
+
+# -- fleet (its options live with it) ---------------------------------------------------------
+main.add_command(fleet_command)
 
 
 # -- diagram -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Testing tools shipped with the SDK: a protocol-faithful staging backend with faults, the
+"""Testing tools shipped with the SDK: a protocol-faithful staging backend with faults (also
+in a child process, :class:`StagingProcess`, for load runs), the
 pytest plugin's helpers (:func:`expect_events`), and a fake clock.
 
 Names load on first use (PEP 562), so the pytest plugin, which lives in this package, costs
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from .expect import EventSequence, expect_events
     from .faults import Faults
     from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
+    from .process import StagingProcess
     from .server import StagingServer
     from .synthetic import read_frame_counter
 
@@ -32,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Faults": ".faults",
     "ReceivedEvent": ".conversation",
     "StagingMedia": ".media",
+    "StagingProcess": ".process",
     "StagingServer": ".server",
     "WhepViewer": ".media",
     "expect_events": ".expect",
@@ -48,6 +51,7 @@ __all__ = [
     "Faults",
     "ReceivedEvent",
     "StagingMedia",
+    "StagingProcess",
     "StagingServer",
     "WhepViewer",
     "expect_events",

@@ -33,11 +33,27 @@ def test_every_example_is_covered_here() -> None:
     """A new example must be added to this module (and to examples/README.md)."""
     covered = {
         "qa_bot.py", "tool_handler.py", "record_avatar.py", "voice_captions.py",
-        "test_qa_bot.py", "fault_tour.py", "microphone.py",
+        "test_qa_bot.py", "fault_tour.py", "microphone.py", "fleet_scenario.py",
     }  # fmt: skip
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
     readme = (EXAMPLES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in covered)
+
+
+def test_fleet_scenario() -> None:
+    out = run("examples/fleet_scenario.py")
+    assert "sessions ok / failed   8 / 0" in out
+    assert "turns ok / failed      16 / 0" in out
+    assert "completion outcomes    sent=8" in out
+
+
+def test_fleet_script_runs_with_the_cli() -> None:
+    out = run(
+        "-m", "avatar_sdk.cli", "fleet", "examples/fleet_script.yaml", "--staging",
+        "-n", "2", "--rate", "10", "--engine", "inline",
+    )  # fmt: skip
+    assert "sessions ok / failed  2 / 0" in out
+    assert "recovery: socket      2" in out
 
 
 def test_qa_bot() -> None:

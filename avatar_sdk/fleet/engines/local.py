@@ -1,0 +1,310 @@
+"""The local engine: one ``spawn`` process per assignment, each an event loop running its
+share of the sessions, so every core of the machine is used.
+
+Protocol over one duplex pipe per worker (pickled tuples)::
+
+    worker -> driver   ("ready",)             imports done, waiting for the start
+    driver -> worker   ("go", t0)             the ramp's start, re-based once all are ready
+    worker -> driver   ("m", [measurement])   a batch (everything emitted in one loop turn)
+    driver -> worker   ("stop",)              close every session now
+    worker -> driver   ("done",)              then the pipe closes (EOF)
+
+The driver's loop never blocks on a pipe: one reader thread waits on all of them
+(``multiprocessing.connection.wait``) and hands each message to the loop with
+``call_soon_threadsafe``. The ramp starts when every worker is ready (a spawned interpreter
+takes a second or more to import the WebRTC stack), so early sessions are not started late
+in a burst. A worker whose pipe closes before it reported all its sessions died: they are
+reported ``failed`` with code ``internal``. Every process is joined, or terminated then
+joined, on every way out of :meth:`LocalEngine.run`, cancellation included; workers ignore
+SIGINT (a terminal's Ctrl-C reaches the whole process group) and stop when the driver says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from ...besteffort import best_effort
+from ..measure import Measurement, measurement
+from ..plan import WorkerAssignment
+from ..worker import Emit, run_worker
+
+__all__ = ["LocalEngine"]
+
+log = logging.getLogger(__name__)
+
+_EOF = ("eof",)
+#: (worker number, message) as the reader thread hands them to the loop.
+_Inbox = asyncio.Queue[tuple[int, tuple[Any, ...]]]
+#: Loggers whose level the workers copy from the driver (the CLI quiets the stack's chatter).
+_MIRRORED_LOGGERS = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc")
+
+
+# -- the worker process -------------------------------------------------------------------------
+def _child(conn: Connection, assignment: WorkerAssignment, levels: dict[str, int]) -> None:
+    """Worker-process entry point."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    try:
+        import avatar_sdk.session  # noqa: F401, PLC0415 - the stack loads before the ramp
+
+        conn.send(("ready",))
+        message = conn.recv()
+        if message[0] != "go":
+            return
+        asyncio.run(_child_main(conn, assignment.with_t0(float(message[1]))))
+        conn.send(("done",))
+    except (EOFError, OSError):
+        return  # the driver is gone: nobody to report to
+    finally:
+        conn.close()
+
+
+async def _child_main(conn: Connection, assignment: WorkerAssignment) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    fd = conn.fileno()
+    batch: list[Measurement] = []
+
+    def readable() -> None:
+        try:
+            while conn.poll():
+                if conn.recv()[0] == "stop":
+                    stop.set()
+        except (EOFError, OSError):
+            loop.remove_reader(fd)
+            stop.set()
+
+    def flush() -> None:
+        items = batch[:]
+        batch.clear()
+        try:
+            conn.send(("m", items))
+        except OSError:
+            stop.set()  # the driver is gone: close the sessions
+
+    def emit(item: Measurement) -> None:
+        if not batch:
+            loop.call_soon(flush)
+        batch.append(item)
+
+    loop.add_reader(fd, readable)
+    try:
+        await run_worker(assignment, emit, stop=stop)
+    finally:
+        loop.remove_reader(fd)
+        if batch:
+            flush()
+
+
+# -- the driver -------------------------------------------------------------------------------
+class _Worker:
+    def __init__(self, assignment: WorkerAssignment, process: BaseProcess, conn: Connection):
+        self.assignment = assignment
+        self.process = process
+        self.conn = conn
+        self.ready = False
+        self.gone = False
+        self.pending = set(assignment.sessions)
+        self.started: dict[int, float] = {}
+
+    @property
+    def number(self) -> int:
+        return self.assignment.worker
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        if self.gone:
+            return
+        with best_effort(f"send {message[0]!r} to fleet worker {self.number}", log):
+            self.conn.send(message)
+
+
+def _reader(conns: dict[Connection, int], deliver: Callable[[int, tuple[Any, ...]], None]) -> None:
+    """Reader-thread body: every message of every pipe to ``deliver``, then an EOF mark."""
+    live = dict(conns)
+    while live:
+        for ready in wait(list(live)):
+            assert isinstance(ready, Connection)
+            worker = live[ready]
+            try:
+                message = ready.recv()
+            except (EOFError, OSError):
+                del live[ready]
+                message = _EOF
+            try:
+                deliver(worker, message)
+            except RuntimeError:  # the driver's loop is closed: nobody listens any more
+                return
+
+
+class LocalEngine:
+    """Worker processes on this machine (``multiprocessing`` ``spawn`` context).
+
+    ``start_timeout``: how long workers may take to become ready (imports) before the ramp
+    starts without the late ones; ``stop_grace``: after a stop (cancellation), how long
+    workers get to close their sessions before they are terminated.
+    """
+
+    def __init__(self, *, start_timeout: float = 120.0, stop_grace: float = 10.0) -> None:
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self.processes: list[BaseProcess] = []
+
+    async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")
+        inbox: _Inbox = asyncio.Queue()
+        levels = {name: logging.getLogger(name).level for name in _MIRRORED_LOGGERS}
+        workers: dict[int, _Worker] = {}
+        reader: threading.Thread | None = None
+        try:
+            for assignment in assignments:
+                parent, child = context.Pipe()
+                process = context.Process(
+                    target=_child,
+                    args=(child, assignment, levels),
+                    name=f"avatar-fleet-worker-{assignment.worker}",
+                    daemon=True,
+                )
+                workers[assignment.worker] = _Worker(assignment, process, parent)
+                try:
+                    process.start()
+                finally:
+                    child.close()  # the child has its own copy: EOF comes when it exits
+                self.processes.append(process)
+
+            def deliver(worker: int, message: tuple[Any, ...]) -> None:
+                loop.call_soon_threadsafe(inbox.put_nowait, (worker, message))
+
+            conns = {w.conn: w.number for w in workers.values()}
+            reader = threading.Thread(
+                target=_reader, args=(conns, deliver), name="avatar-fleet-reader", daemon=True
+            )
+            reader.start()
+            await self._start(workers, inbox, emit)
+            while not all(w.gone for w in workers.values()):
+                self._handle(workers, *await inbox.get(), emit)
+        finally:
+            await self._shutdown(workers, inbox, emit, reader)
+
+    async def _start(self, workers: dict[int, _Worker], inbox: _Inbox, emit: Emit) -> None:
+        """Wait until every worker is ready (or gone), then start the ramp on all of them."""
+        deadline = time.monotonic() + self.start_timeout
+        while not all(w.ready or w.gone for w in workers.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = sorted(n for n, w in workers.items() if not (w.ready or w.gone))
+                log.warning(
+                    "fleet workers %s not ready in %gs: starting without them",
+                    late, self.start_timeout,
+                )  # fmt: skip
+                break
+            try:
+                self._handle(workers, *(await asyncio.wait_for(inbox.get(), left)), emit)
+            except TimeoutError:
+                continue
+        t0 = time.time()
+        for worker in workers.values():
+            worker.send(("go", t0) if worker.ready else ("stop",))
+
+    def _handle(
+        self, workers: dict[int, _Worker], number: int, message: tuple[Any, ...], emit: Emit
+    ) -> None:
+        worker = workers[number]
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "m":
+            for item in message[1]:
+                session = item.get("session")
+                if item.get("kind") == "session_started":
+                    worker.started[session] = time.monotonic()
+                elif item.get("kind") == "session_finished":
+                    worker.pending.discard(session)
+                emit(item)
+        elif kind == "eof":
+            worker.gone = True
+            self._report_lost(worker, emit)
+
+    def _report_lost(self, worker: _Worker, emit: Emit) -> None:
+        """Sessions a worker never reported finished: it died under them."""
+        if not worker.pending:
+            return
+        code = worker.process.exitcode
+        log.error(
+            "fleet worker %d ended (exit code %s) with %d session(s) unfinished",
+            worker.number, code, len(worker.pending),
+        )  # fmt: skip
+        now = time.monotonic()
+        for session in sorted(worker.pending):
+            seconds = now - worker.started.get(session, now)
+            emit(measurement("error", session, worker.number, code="internal", recoverable=False))
+            emit(
+                measurement(
+                    "session_finished", session, worker.number,
+                    status="failed", code="internal", seconds=seconds,
+                    detail=f"worker process exited ({code})",
+                )
+            )  # fmt: skip
+        worker.pending.clear()
+
+    async def _shutdown(
+        self,
+        workers: dict[int, _Worker],
+        inbox: _Inbox,
+        emit: Emit,
+        reader: threading.Thread | None,
+    ) -> None:
+        """Stop, drain, join; terminate what does not stop. Runs on every way out."""
+        try:
+            live = [w for w in workers.values() if not w.gone]
+            for worker in live:
+                worker.send(("stop",))
+            deadline = time.monotonic() + self.stop_grace
+            while reader is not None and any(not w.gone for w in workers.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    self._handle(workers, *(await asyncio.wait_for(inbox.get(), left)), emit)
+                except TimeoutError:
+                    break
+        finally:
+            for worker in workers.values():
+                process = worker.process
+                if process.is_alive():
+                    process.terminate()
+            for worker in workers.values():
+                await asyncio.to_thread(_reap, worker.process)
+            if reader is not None:
+                await asyncio.to_thread(reader.join, 5.0)
+            while not inbox.empty():  # what arrived while terminating
+                self._handle(workers, *inbox.get_nowait(), emit)
+            for worker in workers.values():
+                if not worker.gone:
+                    worker.gone = True
+                    self._report_lost(worker, emit)
+                worker.conn.close()
+                if worker.process.pid is not None:
+                    worker.process.close()
+            self.processes.clear()
+
+
+def _reap(process: BaseProcess) -> None:
+    """Join ``process``; kill it if it ignored the terminate (closed later, by the caller,
+    once its exit code has been read)."""
+    if process.pid is None:
+        return  # never started
+    process.join(5.0)
+    if process.is_alive():
+        process.kill()
+        process.join(5.0)

@@ -1,0 +1,214 @@
+"""The picklable description of a fleet run: how each session is built, how many sessions
+start at what rate, and which worker runs which session.
+
+Pure (no I/O, no event loop): a plan crosses process and machine boundaries (the local
+engine's ``spawn`` children, Ray actors), so it holds only plain data and a scenario
+*reference*; every worker rebuilds its sessions from :class:`SessionSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AvatarError, ErrorCode
+
+if TYPE_CHECKING:
+    from ..config import SessionConfig
+    from ..session import AvatarSession
+
+__all__ = [
+    "AUDIO_SOURCES",
+    "FleetPlan",
+    "SessionSpec",
+    "WorkerAssignment",
+    "assign",
+    "audio_source",
+    "start_time",
+]
+
+#: The named uplink sources ``SessionSpec.audio`` accepts besides a file path.
+AUDIO_SOURCES: tuple[str, ...] = ("silence", "tone")
+
+
+def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
+    shown = "<callable>" if callable(value) else repr(value)
+    return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{owner}.{name} {rule} (got {shown})")
+
+
+def audio_source(name: str) -> Any:
+    """The uplink track for ``SessionSpec.audio``: ``"silence"``, ``"tone"``, or a file path
+    (looped). The one place a name becomes a source: new named sources are added here."""
+    from ..media import SilenceSource, ToneSource, file_source  # noqa: PLC0415 - aiortc
+
+    if name == "silence":
+        return SilenceSource()
+    if name == "tone":
+        return ToneSource()
+    return file_source(name, loop=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """How every worker builds its ``AvatarSession``: plain, picklable data, no callables.
+
+    ``token`` is left out of the repr and never written to measurements; ``control_url`` is
+    the staging backend's control API base (``StagingServer.public_url``), needed only by
+    scenarios that inject faults. ``config``: ``SessionConfig`` keyword arguments.
+    """
+
+    url: str
+    token: str = field(repr=False)
+    genie_url: str | None = None
+    media: bool = False
+    video: bool = False
+    audio: str = "silence"
+    allow_insecure_transport: bool = False
+    config: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    control_url: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("url", "token", "audio"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                shown = "<hidden>" if name == "token" else value
+                raise _invalid("SessionSpec", name, "must be a non-empty string", shown)
+        if not isinstance(self.config, Mapping):
+            raise _invalid("SessionSpec", "config", "must be a mapping", self.config)
+        if self.video and not self.media:
+            raise _invalid("SessionSpec", "video", "needs media=True", self.video)
+        self.session_config()  # a bad field fails here, in the driver, not in N workers
+
+    def session_config(self) -> SessionConfig | None:
+        """The ``SessionConfig`` these keyword arguments make (None: the defaults)."""
+        if not self.config:
+            return None
+        from ..config import SessionConfig  # noqa: PLC0415
+
+        try:
+            return SessionConfig(**dict(self.config))
+        except TypeError as exc:
+            raise _invalid("SessionSpec", "config", f"has an unknown field: {exc}", "") from None
+
+    def build(self) -> AvatarSession:
+        """A new, unconnected session (in the worker). The token is registered as a secret
+        by ``AvatarSession`` itself, so no log record of this process shows it."""
+        from ..session import AvatarSession  # noqa: PLC0415 - the session stack loads here
+
+        return AvatarSession(
+            self.url,
+            self.token,
+            genie_url=self.genie_url,
+            media=self.media,
+            video=self.video,
+            audio=audio_source(self.audio) if self.media else None,
+            config=self.session_config(),
+            allow_insecure_transport=self.allow_insecure_transport,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    """A fleet run: ``sessions`` sessions started at ``rate`` per second, each running the
+    scenario ``iterations`` times (0: until ``duration`` seconds have passed).
+
+    ``scenario``: ``"pkg.module:function"``, ``"path/to/file.py:function"``, a ``.py``
+    file (its ``scenario`` function) or a ``.yaml``/``.yml``/``.json`` script; a callable
+    works too where the engine can carry it (inline always; local and Ray pickle it by
+    reference). ``workers`` 0: one per CPU (the inline engine always uses one).
+    """
+
+    scenario: str | Callable[..., Any]
+    session: SessionSpec
+    sessions: int = 1
+    rate: float = 10.0
+    iterations: int = 1
+    duration: float | None = None
+    workers: int = 0
+    turn_timeout: float = 30.0
+    greeting_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        owner = "FleetPlan"
+        if not (callable(self.scenario) or (isinstance(self.scenario, str) and self.scenario)):
+            raise _invalid(owner, "scenario", "must be a reference string or a callable", "")
+        if not isinstance(self.session, SessionSpec):
+            raise _invalid(owner, "session", "must be a SessionSpec", type(self.session))
+        if not _is_int(self.sessions) or self.sessions < 1:
+            raise _invalid(owner, "sessions", "must be an int >= 1", self.sessions)
+        if not _is_positive(self.rate):
+            raise _invalid(owner, "rate", "must be a finite number > 0", self.rate)
+        if not _is_int(self.iterations) or self.iterations < 0:
+            raise _invalid(owner, "iterations", "must be an int >= 0", self.iterations)
+        if self.duration is not None and not _is_positive(self.duration):
+            raise _invalid(owner, "duration", "must be None or a finite number > 0", self.duration)
+        if self.iterations == 0 and self.duration is None:
+            raise _invalid(owner, "iterations", "0 (until duration) needs a duration", 0)
+        if not _is_int(self.workers) or self.workers < 0:
+            raise _invalid(owner, "workers", "must be an int >= 0", self.workers)
+        for name in ("turn_timeout", "greeting_timeout"):
+            if not _is_positive(getattr(self, name)):
+                raise _invalid(owner, name, "must be a finite number > 0", getattr(self, name))
+
+    def with_(self, **changes: Any) -> FleetPlan:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def worker_count(self) -> int:
+        """Workers actually used: ``workers`` (0: CPUs), never more than sessions."""
+        wanted = self.workers or os.cpu_count() or 1
+        return max(1, min(wanted, self.sessions))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAssignment:
+    """What one worker runs: global session indices (round-robin over the workers) and the
+    run's start, a wall-clock epoch (``time.time()``), shared by every worker so the ramp
+    is one ramp across processes and machines."""
+
+    worker: int
+    plan: FleetPlan
+    sessions: tuple[int, ...]
+    t0: float
+
+    def start_of(self, index: int) -> float:
+        """Epoch at which session ``index`` starts."""
+        return start_time(self.plan, self.t0, index)
+
+    def with_t0(self, t0: float) -> WorkerAssignment:
+        """The same assignment with the run's start moved (an engine whose workers took time
+        to start re-bases the ramp on the moment they are all ready)."""
+        return dataclasses.replace(self, t0=t0)
+
+
+def start_time(plan: FleetPlan, t0: float, index: int) -> float:
+    """Session ``index`` starts at ``t0 + index / rate`` (index 0 at once)."""
+    return t0 + index / plan.rate
+
+
+def assign(plan: FleetPlan, t0: float) -> list[WorkerAssignment]:
+    """Split the plan's sessions round-robin over ``plan.worker_count`` workers, so every
+    worker's share of the ramp is spread over the whole ramp."""
+    count = plan.worker_count
+    return [
+        WorkerAssignment(worker=w, plan=plan, sessions=tuple(range(w, plan.sessions, count)), t0=t0)
+        for w in range(count)
+    ]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_positive(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )

@@ -1,0 +1,317 @@
+"""``run_worker``: the one function every engine runs, on whatever loop it has.
+
+It starts each of its sessions at its place on the shared ramp, instruments it (recoveries,
+errors, completion), waits for the greeting, runs the scenario, closes the session and
+reports it finished, ``ok`` or ``failed`` with a code. A session's failure is its own: it
+never stops the others. Every task is owned by one ``TaskGroup`` and awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import itertools
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AvatarError, ErrorCode
+from .context import AudioProbe, ScenarioContext, sleep_unless
+from .measure import Measurement, measurement
+
+if TYPE_CHECKING:
+    from ..events import Event
+    from ..session import AvatarSession
+    from .plan import WorkerAssignment
+
+__all__ = ["Emit", "Scenario", "classify", "load_scenario", "resolve_ref", "run_worker"]
+
+log = logging.getLogger(__name__)
+
+Scenario = Callable[["AvatarSession", ScenarioContext], Awaitable[Any]]
+Emit = Callable[[Measurement], None]
+
+SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
+#: The failure code of a session the run stopped (``stop`` set, Ctrl-C) before it ended.
+STOPPED = "stopped"
+
+
+# -- the scenario reference ------------------------------------------------------------------
+def _bad(ref: str, why: str) -> AvatarError:
+    return AvatarError(ErrorCode.INVALID_ARGUMENT, f"scenario {ref!r}: {why}")
+
+
+def _split(ref: str) -> tuple[str, str | None]:
+    """``"target:function"`` into its parts; a Windows drive letter is not a separator."""
+    head, sep, tail = ref.rpartition(":")
+    if sep and tail and "/" not in tail and "\\" not in tail and len(head) > 1:
+        return head, tail
+    return ref, None
+
+
+def resolve_ref(ref: str) -> str:
+    """``ref`` with a relative file path made absolute (workers may run elsewhere in the
+    tree); a module reference is returned as is."""
+    target, function = _split(ref)
+    path = Path(target)
+    if target.endswith((".py", *SCRIPT_SUFFIXES)) and path.exists():
+        target = str(path.resolve())
+    return f"{target}:{function}" if function else target
+
+
+def _import_file(path: Path, ref: str) -> Any:
+    if not path.is_file():
+        raise _bad(ref, f"no such file: {path}")
+    name = f"avatar_sdk_fleet_scenario_{abs(hash(str(path.resolve())))}"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise _bad(ref, "cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_scenario(ref: str | Scenario) -> Scenario:
+    """The scenario function ``ref`` names: ``"pkg.module:function"``,
+    ``"path/to/file.py:function"``, ``"path/to/file.py"`` (its ``scenario`` function), or a
+    ``.yaml``/``.yml``/``.json`` script (:mod:`.script`). A callable is returned as is.
+    ``AvatarError(INVALID_ARGUMENT)`` says what is wrong with the reference."""
+    if callable(ref):
+        return ref
+    if not isinstance(ref, str) or not ref.strip():
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, "scenario must be a non-empty string")
+    target, function = _split(ref.strip())
+    if target.endswith(SCRIPT_SUFFIXES):
+        if function is not None:
+            raise _bad(ref, "a script takes no ':function'")
+        from .script import load_script  # noqa: PLC0415 - PyYAML only when needed
+
+        return load_script(target)
+    if target.endswith(".py"):
+        module = _import_file(Path(target), ref)
+        function = function or "scenario"
+    else:
+        if function is None:
+            raise _bad(ref, "expected 'pkg.module:function', a .py file or a .yaml/.json script")
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise _bad(ref, f"cannot import {target}: {exc}") from None
+    found = getattr(module, function, None)
+    if not callable(found):
+        raise _bad(ref, f"no function {function!r} in it")
+    return found  # type: ignore[no-any-return]
+
+
+def classify(exc: BaseException, ended: dict[str, Any] | None = None) -> str:
+    """The code a session failed with: an ``AvatarError``'s code (the session's own ending
+    code when the error only says it was closed under the scenario), ``timeout`` for a
+    ``TimeoutError``, else ``scenario_error``."""
+    if isinstance(exc, AvatarError):
+        if exc.code is ErrorCode.CLOSED and ended and ended.get("code"):
+            return str(ended["code"])
+        return str(exc.code)
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "scenario_error"
+
+
+# -- one session -------------------------------------------------------------------------------
+class _SessionRun:
+    """One session's life in the fleet, from its ramp slot to ``session_finished``."""
+
+    def __init__(
+        self,
+        assignment: WorkerAssignment,
+        index: int,
+        scenario: Scenario,
+        emit: Emit,
+        stop: asyncio.Event,
+    ) -> None:
+        self.assignment = assignment
+        self.plan = assignment.plan
+        self.index = index
+        self.scenario = scenario
+        self.stop = stop
+        self._emit = emit
+        self.ended: dict[str, Any] | None = None
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self._emit(measurement(kind, self.index, self.assignment.worker, **fields))
+
+    def _instrument(self, session: AvatarSession) -> None:
+        def reconnected(event: Event) -> None:
+            data = event.data
+            self.emit("recovery", tier=str(data.get("tier")), seconds=data.get("duration"))
+
+        def media_recovered(event: Event) -> None:
+            data = event.data
+            self.emit(
+                "recovery",
+                tier="media",
+                channel=str(data.get("channel")),
+                method=str(data.get("method")),
+                seconds=data.get("duration"),
+            )
+
+        def error(event: Event) -> None:
+            data = event.data
+            recoverable = bool(data.get("recoverable"))
+            self.emit("error", code=str(data.get("code")), recoverable=recoverable)
+
+        def completed(event: Event) -> None:
+            data = event.data
+            self.emit(
+                "completed",
+                outcome=str(data.get("outcome") or data.get("reason") or "unknown"),
+                delivered=bool(data.get("delivered")),
+            )
+
+        def ended(event: Event) -> None:
+            self.ended = dict(event.data)
+
+        session.on("reconnected", reconnected)
+        session.on("media_recovered", media_recovered)
+        session.on("error", error)
+        session.on("session_completed", completed)
+        session.on("ended", ended)
+
+    async def run(self) -> None:
+        """Wait for the ramp slot, run the session; never raises but ``CancelledError``
+        (after reporting the session ``stopped``)."""
+        started = time.monotonic()
+        try:
+            await sleep_unless(self.stop, self.assignment.start_of(self.index) - time.time())
+            if self.stop.is_set():
+                self.emit("session_finished", status="failed", code=STOPPED, seconds=0.0)
+                return
+            self.emit("session_started")
+            started = time.monotonic()
+            code = await self._live()
+        except asyncio.CancelledError:
+            seconds = time.monotonic() - started
+            self.emit("session_finished", status="failed", code=STOPPED, seconds=seconds)
+            raise
+        except Exception as exc:  # a bug of the fleet itself: reported, never spread
+            log.error("fleet session %d failed: %r", self.index, exc, exc_info=exc)
+            code = "internal"
+        seconds = time.monotonic() - started
+        if code is None:
+            self.emit("session_finished", status="ok", seconds=seconds)
+        else:
+            self.emit("session_finished", status="failed", code=code, seconds=seconds)
+
+    async def _live(self) -> str | None:
+        """Build, converse (until done or the run stops), close; the failure code or None."""
+        try:
+            session = self.plan.session.build()
+        except AvatarError as exc:
+            self.emit("error", code=str(exc.code), recoverable=exc.recoverable)
+            return str(exc.code)
+        self._instrument(session)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                work = tasks.create_task(self._converse(session))
+                watcher = tasks.create_task(self.stop.wait())
+                work.add_done_callback(lambda _: watcher.cancel())
+                watcher.add_done_callback(lambda _: work.cancel())
+        finally:
+            await session.close()
+        failure = STOPPED if work.cancelled() else work.result()
+        if failure is None and session.state == "failed":
+            failure = str((self.ended or {}).get("code") or "failed")
+        return failure
+
+    async def _converse(self, session: AvatarSession) -> str | None:
+        plan = self.plan
+        probe: asyncio.Task[None] | None = None
+        try:
+            greeting = session.expect("agent_turn_ended", timeout=plan.greeting_timeout)
+            started = time.monotonic()
+            try:
+                await session.connect()
+            except BaseException:
+                greeting.cancel()
+                raise
+            self.emit("connected", seconds=time.monotonic() - started)
+            audio = session.avatar_audio if plan.session.media else None
+            listener = AudioProbe(audio) if audio is not None else None
+            if listener is not None:
+                probe = asyncio.create_task(listener.run(), name="avatar-fleet:audio-probe")
+            try:
+                greeted = await greeting
+                self.emit("greeting", seconds=max(0.0, greeted.at - started))
+            except TimeoutError:
+                self.emit("error", code="greeting_timeout", recoverable=True)
+            await self._iterations(session, listener)
+            if self.stop.is_set():
+                return STOPPED  # cut short (a pause ends early on a stop), not completed
+        except Exception as exc:
+            code = classify(exc, self.ended)
+            if not isinstance(exc, AvatarError) or exc.code is not ErrorCode.CLOSED:
+                self.emit("error", code=code, recoverable=False)
+            if not isinstance(exc, AvatarError | TimeoutError):
+                name = type(exc).__name__
+                log.warning("fleet session %d: the scenario raised %s: %s", self.index, name, exc)
+            return code
+        finally:
+            if probe is not None:
+                probe.cancel()
+                await asyncio.wait([probe])
+        return None
+
+    async def _iterations(self, session: AvatarSession, probe: AudioProbe | None) -> None:
+        plan = self.plan
+        stop_at = self.assignment.t0 + plan.duration if plan.duration is not None else None
+        for iteration in itertools.count():
+            if plan.iterations and iteration >= plan.iterations:
+                return
+            if self.stop.is_set() or (stop_at is not None and time.time() >= stop_at):
+                return
+            ctx = ScenarioContext(
+                session=session,
+                spec=plan.session,
+                index=self.index,
+                worker=self.assignment.worker,
+                iteration=iteration,
+                emit=self._emit,
+                turn_timeout=plan.turn_timeout,
+                stop=self.stop,
+                probe=probe,
+            )
+            await self.scenario(session, ctx)
+            await asyncio.sleep(0)  # a scenario that never awaits still lets the loop run
+
+
+async def run_worker(
+    assignment: WorkerAssignment, emit: Emit, *, stop: asyncio.Event | None = None
+) -> None:
+    """Run ``assignment``'s sessions on the running loop, emitting measurements as they
+    happen; returns when every session finished. ``stop`` set: every session not finished
+    yet closes promptly and is reported ``failed`` with code ``stopped``."""
+    stop = stop or asyncio.Event()
+    try:
+        scenario = load_scenario(assignment.plan.scenario)
+    except AvatarError as exc:
+        code, worker = str(exc.code), assignment.worker
+        for index in assignment.sessions:
+            emit(measurement("error", index, worker, code=code, recoverable=False))
+            finished = {"status": "failed", "code": code, "seconds": 0.0}
+            emit(measurement("session_finished", index, worker, **finished))
+        return
+    async with asyncio.TaskGroup() as tasks:
+        for index in assignment.sessions:
+            run = _SessionRun(assignment, index, scenario, emit, stop)
+            tasks.create_task(run.run(), name=f"avatar-fleet:session-{index}")

@@ -1,0 +1,41 @@
+"""Scenarios the fleet tests run, importable by reference ("tests.fleet.scenarios:NAME")
+from the local engine's spawned workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from avatar_sdk import AvatarSession
+from avatar_sdk.fleet import ScenarioContext
+
+
+async def two_turns(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Two measured turns; the second's reply length is recorded as a metric."""
+    await ctx.turn("Hello!")
+    result = await ctx.turn("What can you do?")
+    ctx.record("reply_chars", len(result.text))
+
+
+async def one_turn(session: AvatarSession, ctx: ScenarioContext) -> None:
+    await ctx.turn("Hello!")
+
+
+async def raises_on_one(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Session 1 breaks; the others talk."""
+    await ctx.turn("Hello!")
+    if ctx.index == 1:
+        raise RuntimeError("the scenario broke")
+
+
+async def kills_worker_1(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Worker 1's first session kills its own process (SIGKILL: no cleanup at all)."""
+    if ctx.worker == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    await ctx.turn("Hello!")
+
+
+async def long_pause(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Talks once, then waits far longer than any test: only a stop ends it."""
+    await ctx.turn("Hello!")
+    await ctx.pause(120)

@@ -1,0 +1,58 @@
+"""A scripted YAML conversation with a staging fault (a socket-tier recovery measured), and a
+media session whose reply audio latency is measured from the avatar's audio track."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from avatar_sdk.fleet import FleetPlan, run_fleet
+from avatar_sdk.testing import StagingServer
+
+from .conftest import by_kind, spec_for
+
+SCRIPT = """\
+name: socket drop under load
+steps:
+  - say: Hello!
+  - fault: drop_socket
+    args: {recovery: true}
+  - expect: reconnected
+    where: {tier: socket}
+    sessions: [0]
+    timeout: 10
+  - say: Still there?
+"""
+
+
+async def test_a_scripted_fault_measures_the_socket_recovery(
+    staging: StagingServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "drop.yaml"
+    script.write_text(SCRIPT, encoding="utf-8")
+    seen: list[dict[str, Any]] = []
+    plan = FleetPlan(str(script), spec_for(staging), sessions=2, rate=50.0)
+    report = await run_fleet(plan, engine="inline", on_measurement=seen.append)
+
+    assert report.ok, report.stats
+    assert staging.faults.injected == ["drop_socket"]  # fired by session 0 only
+    recoveries = by_kind(seen, "recovery")
+    assert any(r["session"] == 0 and r["tier"] == "socket" for r in recoveries)
+    for recovery in recoveries:
+        assert recovery["tier"] == "socket" and 0 < recovery["seconds"] < 10
+    assert report.stats["recoveries"]["socket"]["count"] == len(recoveries)
+    assert report.stats["turns"] == {"ok": 4, "failed": 0}
+
+
+async def test_a_media_session_measures_reply_audio(staging: StagingServer) -> None:
+    seen: list[dict[str, Any]] = []
+    spec = spec_for(staging, media=True, video=False, audio="silence")
+    plan = FleetPlan("tests.fleet.scenarios:one_turn", spec, sessions=1)
+    report = await run_fleet(plan, engine="inline", on_measurement=seen.append)
+
+    assert report.ok, report.stats
+    (turn,) = by_kind(seen, "turn")
+    assert turn["ok"] is True
+    # the staging avatar's voice is a tone while it speaks, digital silence otherwise
+    assert turn["audio_s"] is not None and 0 < turn["audio_s"] < 5
+    assert report.stats["latency"]["audio"]["count"] == 1
