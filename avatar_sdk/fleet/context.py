@@ -44,7 +44,8 @@ FAULT_TIMEOUT = 10.0
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
     try:
-        await asyncio.wait_for(stop.wait(), max(0.0, seconds))
+        async with asyncio.timeout(max(0.0, seconds)):
+            await stop.wait()
     except TimeoutError:
         return
 

@@ -33,9 +33,10 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...besteffort import best_effort
-from ..measure import Measurement, measurement
+from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
+from .ledger import SessionLedger
 
 __all__ = ["LocalEngine"]
 
@@ -114,8 +115,7 @@ class _Worker:
         self.conn = conn
         self.ready = False
         self.gone = False
-        self.pending = set(assignment.sessions)
-        self.started: dict[int, float] = {}
+        self.ledger = SessionLedger(assignment)
 
     @property
     def number(self) -> int:
@@ -209,7 +209,7 @@ class LocalEngine:
                 )  # fmt: skip
                 break
             try:
-                self._handle(workers, *(await asyncio.wait_for(inbox.get(), left)), emit)
+                self._handle(workers, *(await _next(inbox, left)), emit)
             except TimeoutError:
                 continue
         t0 = time.time()
@@ -225,11 +225,7 @@ class LocalEngine:
             worker.ready = True
         elif kind == "m":
             for item in message[1]:
-                session = item.get("session")
-                if item.get("kind") == "session_started":
-                    worker.started[session] = time.monotonic()
-                elif item.get("kind") == "session_finished":
-                    worker.pending.discard(session)
+                worker.ledger.observe(item)
                 emit(item)
         elif kind == "eof":
             worker.gone = True
@@ -237,25 +233,8 @@ class LocalEngine:
 
     def _report_lost(self, worker: _Worker, emit: Emit) -> None:
         """Sessions a worker never reported finished: it died under them."""
-        if not worker.pending:
-            return
-        code = worker.process.exitcode
-        log.error(
-            "fleet worker %d ended (exit code %s) with %d session(s) unfinished",
-            worker.number, code, len(worker.pending),
-        )  # fmt: skip
-        now = time.monotonic()
-        for session in sorted(worker.pending):
-            seconds = now - worker.started.get(session, now)
-            emit(measurement("error", session, worker.number, code="internal", recoverable=False))
-            emit(
-                measurement(
-                    "session_finished", session, worker.number,
-                    status="failed", code="internal", seconds=seconds,
-                    detail=f"worker process exited ({code})",
-                )
-            )  # fmt: skip
-        worker.pending.clear()
+        for item in worker.ledger.lost(f"worker process exited ({worker.process.exitcode})"):
+            emit(item)
 
     async def _shutdown(
         self,
@@ -275,7 +254,7 @@ class LocalEngine:
                 if left <= 0:
                     break
                 try:
-                    self._handle(workers, *(await asyncio.wait_for(inbox.get(), left)), emit)
+                    self._handle(workers, *(await _next(inbox, left)), emit)
                 except TimeoutError:
                     break
         finally:
@@ -297,6 +276,12 @@ class LocalEngine:
                 if worker.process.pid is not None:
                     worker.process.close()
             self.processes.clear()
+
+
+async def _next(inbox: _Inbox, seconds: float) -> tuple[int, tuple[Any, ...]]:
+    """The next message, or TimeoutError after ``seconds``."""
+    async with asyncio.timeout(seconds):
+        return await inbox.get()
 
 
 def _reap(process: BaseProcess) -> None:

@@ -1,0 +1,94 @@
+"""The Ray engine for real, on a local Ray instance the engine starts and stops: the same
+scenario as on the local engine gives results that agree; an actor that dies has its
+sessions reported failed; a cancelled run stops its actors."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from avatar_sdk.fleet import FleetPlan, run_fleet
+from avatar_sdk.fleet.engines.ray import RayEngine
+from avatar_sdk.testing import StagingServer
+
+from .conftest import by_kind, read_jsonl, spec_for
+from .test_fleet_engines import check_clean_run
+
+#: By file path, as a user on one machine would: the actors import it from there.
+SCENARIOS = str(Path(__file__).with_name("scenarios.py"))
+
+
+def ray_engine(**options: Any) -> RayEngine:
+    """A local instance for this run only, quiet, sized for two actors."""
+    init = {"num_cpus": 2, "log_to_driver": False, "configure_logging": False}
+    return RayEngine(init_options=init, **options)
+
+
+async def test_ray_and_local_engines_agree(staging: StagingServer, tmp_path: Path) -> None:
+    plan = FleetPlan(f"{SCENARIOS}:two_turns", spec_for(staging), sessions=6, rate=50.0, workers=2)
+    local_items: list[dict[str, Any]] = []
+    local = await run_fleet(plan, engine="local", on_measurement=local_items.append)
+    jsonl = tmp_path / "ray.jsonl"
+    on_ray = await asyncio.wait_for(run_fleet(plan, engine=ray_engine(), jsonl=jsonl), 90)
+
+    assert not ray.is_initialized()  # the engine started Ray for the run and stopped it
+    ray_items = read_jsonl(jsonl)
+    check_clean_run(ray_items, sessions=6, turns=2)
+    assert {m["worker"] for m in ray_items} == {0, 1}
+    for key in ("turns", "outcomes", "failures"):
+        assert on_ray.stats[key] == local.stats[key], key
+    assert (on_ray.started, on_ray.finished, on_ray.failed) == (6, 6, 0)
+    assert (local.started, local.finished, local.failed) == (6, 6, 0)
+    assert len(staging.completed_threads) == 12
+    # Latencies within noise: the same server and work, only the worker host differs.
+    local_text = statistics.median(m["text_s"] for m in by_kind(local_items, "turn"))
+    ray_text = statistics.median(m["text_s"] for m in by_kind(ray_items, "turn"))
+    assert abs(ray_text - local_text) <= max(0.05, 2 * min(ray_text, local_text))
+
+
+async def test_a_dead_ray_actor_reports_its_sessions_failed(staging: StagingServer) -> None:
+    seen: list[dict[str, Any]] = []
+    plan = FleetPlan(
+        f"{SCENARIOS}:kills_worker_1", spec_for(staging), sessions=4, rate=50.0, workers=2
+    )
+    report = await asyncio.wait_for(
+        run_fleet(plan, engine=ray_engine(), on_measurement=seen.append), 90
+    )
+
+    finished = {m["session"]: m for m in by_kind(seen, "session_finished")}
+    assert sorted(finished) == [0, 1, 2, 3]
+    for index in (1, 3):
+        assert (finished[index]["status"], finished[index]["code"]) == ("failed", "internal")
+    assert finished[0]["status"] == finished[2]["status"] == "ok"
+    assert report.stats["failures"] == {"internal": 2}
+    assert not ray.is_initialized()
+
+
+async def test_a_cancelled_ray_run_closes_its_sessions_and_actors(staging: StagingServer) -> None:
+    seen: list[dict[str, Any]] = []
+    all_talked = asyncio.Event()
+
+    def on_measurement(item: dict[str, Any]) -> None:
+        seen.append(item)
+        if len(by_kind(seen, "turn")) == 4:
+            all_talked.set()
+
+    plan = FleetPlan(f"{SCENARIOS}:long_pause", spec_for(staging), sessions=4, rate=50.0, workers=2)
+    run = asyncio.create_task(
+        run_fleet(plan, engine=ray_engine(), on_measurement=on_measurement)
+    )
+    await asyncio.wait_for(all_talked.wait(), 60)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(run, 30)
+
+    finished = by_kind(seen, "session_finished")
+    assert sorted(m["session"] for m in finished) == [0, 1, 2, 3]
+    assert {m["code"] for m in finished} == {"stopped"}  # closed on the stop, not killed
+    assert len(staging.completed_threads) == 4
+    assert not ray.is_initialized()
