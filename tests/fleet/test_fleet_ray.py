@@ -79,9 +79,7 @@ async def test_a_cancelled_ray_run_closes_its_sessions_and_actors(staging: Stagi
             all_talked.set()
 
     plan = FleetPlan(f"{SCENARIOS}:long_pause", spec_for(staging), sessions=4, rate=50.0, workers=2)
-    run = asyncio.create_task(
-        run_fleet(plan, engine=ray_engine(), on_measurement=on_measurement)
-    )
+    run = asyncio.create_task(run_fleet(plan, engine=ray_engine(), on_measurement=on_measurement))
     await asyncio.wait_for(all_talked.wait(), 60)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
