@@ -29,6 +29,11 @@ def _is_count(value: object) -> bool:
 
 
 #: Default of ``SessionConfig.max_message_size``, bytes.
+#: Where audio is encoded and decoded (``AvatarSession(audio_codec=)``): aiortc's worker
+#: threads, or the event loop.
+AudioCodec = Literal["thread", "loop"]
+AUDIO_CODECS: Final[tuple[AudioCodec, ...]] = ("thread", "loop")
+
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 #: Smallest ``max_message_size``: below it the connect sequence's own messages would not fit.
 MIN_MESSAGE_SIZE: Final = 1024

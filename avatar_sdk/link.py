@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import SessionConfig
+from .config import AudioCodec, SessionConfig
 from .connector import (
     FATAL_EVENTS,
     HANDSHAKE_EVENTS,
@@ -33,7 +33,7 @@ from .errors import AvatarError, ErrorCode
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
 from .transport.ice import TurnConfig
-from .transport.media import AudioCodec, MediaLanes
+from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
 from .wire import (
     AvailabilityResult,

@@ -18,7 +18,7 @@ from ssl import SSLContext
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import SessionConfig
+from .config import AUDIO_CODECS, AudioCodec, SessionConfig
 from .conversation import ConversationView
 from .endings import Endings
 from .errors import AvatarError, ErrorCode
@@ -36,7 +36,7 @@ from .tiers import RecoveryController
 from .transport.asr import UplinkTrack
 from .transport.genie import GenieClient
 from .transport.ice import TurnConfig
-from .transport.media import AUDIO_CODECS, AudioCodec, MediaLanes
+from .transport.media import MediaLanes
 from .transport.stv import FanoutTrack
 from .transport.tls import client_context
 from .turn_desk import TurnDesk

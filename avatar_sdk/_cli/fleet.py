@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..config import AudioCodec
 from ..errors import AvatarError, ErrorCode
 from . import exits
 from .output import Screen
@@ -56,6 +57,7 @@ class FleetOptions:
     media: bool = False
     video: bool = False
     audio: str = "silence"
+    audio_codec: AudioCodec = "thread"
     config: dict[str, Any] = field(default_factory=dict)
     turn_timeout: float = 30.0
     jsonl: Path | None = None
@@ -139,6 +141,7 @@ async def _run(opts: FleetOptions, screen: Screen) -> FleetReport:
             media=opts.media,
             video=opts.video,
             audio=opts.audio,
+            audio_codec=opts.audio_codec,
             allow_insecure_transport=insecure,
             config=opts.config,
             control_url=control_url,
@@ -266,7 +269,15 @@ _FILE = click.Path(dir_okay=False, writable=True, path_type=Path)
     default="silence",
     show_default=True,
     metavar="SOURCE",
-    help="Uplink source with --media: silence, tone, or an audio file path.",
+    help="Uplink source with --media: silence, tone (PCM), opus-silence, opus-tone "
+    "(pre-encoded: the cheapest), or an audio file path (Ogg/Opus sent undecoded).",
+)
+@click.option(
+    "--audio-codec",
+    type=click.Choice(["thread", "loop"]),
+    default="thread",
+    show_default=True,
+    help="Encode/decode PCM audio in aiortc's threads or on the event loop (cheaper).",
 )
 @click.option(
     "--set",

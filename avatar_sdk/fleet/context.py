@@ -138,12 +138,13 @@ class ScenarioContext:
         """True once the run is stopping: a long scenario may end early."""
         return self._stop.is_set()
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def measure(self, kind: str, **fields: Any) -> None:
+        """Send one measurement of this session to the runner (``record`` for your own)."""
         self._emit(measurement(kind, self.index, self.worker, **fields))
 
     def record(self, name: str, value: float) -> None:
         """A custom figure (``metric`` measurement), summarised per name in the report."""
-        self.emit("metric", name=str(name), value=float(value))
+        self.measure("metric", name=str(name), value=float(value))
 
     async def pause(self, seconds: float) -> None:
         """Wait ``seconds`` (returns early when the run stops)."""
@@ -213,7 +214,7 @@ class ScenarioContext:
         }
         if error is not None:
             fields["error"] = error
-        self.emit("turn", **fields)
+        self.measure("turn", **fields)
         if failure is not None:
             raise failure
         return result

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..config import AUDIO_CODECS, AudioCodec
 from ..errors import AvatarError, ErrorCode
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 #: The named uplink sources ``SessionSpec.audio`` accepts besides a file path.
-AUDIO_SOURCES: tuple[str, ...] = ("silence", "tone")
+AUDIO_SOURCES: tuple[str, ...] = ("silence", "tone", "opus-silence", "opus-tone")
 
 
 def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
@@ -41,15 +42,26 @@ def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
 
 
 def audio_source(name: str) -> Any:
-    """The uplink track for ``SessionSpec.audio``: ``"silence"``, ``"tone"``, or a file path
-    (looped). The one place a name becomes a source: new named sources are added here."""
-    from ..media import SilenceSource, ToneSource, file_source  # noqa: PLC0415 - aiortc
+    """The uplink track for ``SessionSpec.audio``: ``"silence"``, ``"tone"`` (PCM, encoded
+    per frame), ``"opus-silence"``, ``"opus-tone"`` (pre-encoded Opus: no encoding at all,
+    the cheapest uplink), or a file path (looped; a local Ogg/Opus file is sent without
+    decoding). The one place a name becomes a source: new named sources are added here."""
+    from ..media import (  # noqa: PLC0415 - aiortc loads only in the worker
+        EncodedSilenceSource,
+        EncodedToneSource,
+        SilenceSource,
+        ToneSource,
+        file_source,
+    )
 
-    if name == "silence":
-        return SilenceSource()
-    if name == "tone":
-        return ToneSource()
-    return file_source(name, loop=True)
+    named = {
+        "silence": SilenceSource,
+        "tone": ToneSource,
+        "opus-silence": EncodedSilenceSource,
+        "opus-tone": EncodedToneSource,
+    }
+    make = named.get(name)
+    return make() if make is not None else file_source(name, loop=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,7 @@ class SessionSpec:
     allow_insecure_transport: bool = False
     config: Mapping[str, Any] = field(default_factory=dict, hash=False)
     control_url: str | None = None
+    audio_codec: AudioCodec = "thread"
 
     def __post_init__(self) -> None:
         for name in ("url", "token", "audio"):
@@ -81,6 +94,9 @@ class SessionSpec:
             raise _invalid("SessionSpec", "config", "must be a mapping", self.config)
         if self.video and not self.media:
             raise _invalid("SessionSpec", "video", "needs media=True", self.video)
+        if self.audio_codec not in AUDIO_CODECS:
+            rule = f"must be one of {', '.join(AUDIO_CODECS)}"
+            raise _invalid("SessionSpec", "audio_codec", rule, self.audio_codec)
         self.session_config()  # a bad field fails here, in the driver, not in N workers
 
     def session_config(self) -> SessionConfig | None:
@@ -106,6 +122,7 @@ class SessionSpec:
             media=self.media,
             video=self.video,
             audio=audio_source(self.audio) if self.media else None,
+            audio_codec=self.audio_codec,
             config=self.session_config(),
             allow_insecure_transport=self.allow_insecure_transport,
         )

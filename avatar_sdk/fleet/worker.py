@@ -148,17 +148,17 @@ class _SessionRun:
         self._emit = emit
         self.ended: dict[str, Any] | None = None
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def measure(self, kind: str, **fields: Any) -> None:
         self._emit(measurement(kind, self.index, self.assignment.worker, **fields))
 
     def _instrument(self, session: AvatarSession) -> None:
         def reconnected(event: Event) -> None:
             data = event.data
-            self.emit("recovery", tier=str(data.get("tier")), seconds=data.get("duration"))
+            self.measure("recovery", tier=str(data.get("tier")), seconds=data.get("duration"))
 
         def media_recovered(event: Event) -> None:
             data = event.data
-            self.emit(
+            self.measure(
                 "recovery",
                 tier="media",
                 channel=str(data.get("channel")),
@@ -169,11 +169,11 @@ class _SessionRun:
         def error(event: Event) -> None:
             data = event.data
             recoverable = bool(data.get("recoverable"))
-            self.emit("error", code=str(data.get("code")), recoverable=recoverable)
+            self.measure("error", code=str(data.get("code")), recoverable=recoverable)
 
         def completed(event: Event) -> None:
             data = event.data
-            self.emit(
+            self.measure(
                 "completed",
                 outcome=str(data.get("outcome") or data.get("reason") or "unknown"),
                 delivered=bool(data.get("delivered")),
@@ -195,30 +195,30 @@ class _SessionRun:
         try:
             await sleep_unless(self.stop, self.assignment.start_of(self.index) - time.time())
             if self.stop.is_set():
-                self.emit("session_finished", status="failed", code=STOPPED, seconds=0.0)
+                self.measure("session_finished", status="failed", code=STOPPED, seconds=0.0)
                 return
-            self.emit("session_started")
+            self.measure("session_started")
             started = time.monotonic()
             code = await self._live()
         except asyncio.CancelledError:
             seconds = time.monotonic() - started
-            self.emit("session_finished", status="failed", code=STOPPED, seconds=seconds)
+            self.measure("session_finished", status="failed", code=STOPPED, seconds=seconds)
             raise
         except Exception as exc:  # a bug of the fleet itself: reported, never spread
             log.error("fleet session %d failed: %r", self.index, exc, exc_info=exc)
             code = "internal"
         seconds = time.monotonic() - started
         if code is None:
-            self.emit("session_finished", status="ok", seconds=seconds)
+            self.measure("session_finished", status="ok", seconds=seconds)
         else:
-            self.emit("session_finished", status="failed", code=code, seconds=seconds)
+            self.measure("session_finished", status="failed", code=code, seconds=seconds)
 
     async def _live(self) -> str | None:
         """Build, converse (until done or the run stops), close; the failure code or None."""
         try:
             session = self.plan.session.build()
         except AvatarError as exc:
-            self.emit("error", code=str(exc.code), recoverable=exc.recoverable)
+            self.measure("error", code=str(exc.code), recoverable=exc.recoverable)
             return str(exc.code)
         self._instrument(session)
         try:
@@ -245,23 +245,23 @@ class _SessionRun:
             except BaseException:
                 greeting.cancel()
                 raise
-            self.emit("connected", seconds=time.monotonic() - started)
+            self.measure("connected", seconds=time.monotonic() - started)
             audio = session.avatar_audio if plan.session.media else None
             listener = AudioProbe(audio) if audio is not None else None
             if listener is not None:
                 probe = asyncio.create_task(listener.run(), name="avatar-fleet:audio-probe")
             try:
                 greeted = await greeting
-                self.emit("greeting", seconds=max(0.0, greeted.at - started))
+                self.measure("greeting", seconds=max(0.0, greeted.at - started))
             except TimeoutError:
-                self.emit("error", code="greeting_timeout", recoverable=True)
+                self.measure("error", code="greeting_timeout", recoverable=True)
             await self._iterations(session, listener)
             if self.stop.is_set():
                 return STOPPED  # cut short (a pause ends early on a stop), not completed
         except Exception as exc:
             code = classify(exc, self.ended)
             if not isinstance(exc, AvatarError) or exc.code is not ErrorCode.CLOSED:
-                self.emit("error", code=code, recoverable=False)
+                self.measure("error", code=code, recoverable=False)
             if not isinstance(exc, AvatarError | TimeoutError):
                 name = type(exc).__name__
                 log.warning("fleet session %d: the scenario raised %s: %s", self.index, name, exc)

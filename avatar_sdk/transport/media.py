@@ -13,13 +13,12 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Final, Literal
 
 import aiohttp
 from aiortc import RTCPeerConnection
 
 from ..besteffort import best_effort
-from ..config import SessionConfig
+from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..recovery.cadence import ReportCadence
 from ..wire import (
@@ -48,9 +47,6 @@ GATE_CAP = 6.0
 #: monotonic clock; a larger apparent age than this means the wall clock jumped.
 MAX_REPORT_AGE = 1.0
 
-#: Where audio is encoded and decoded: aiortc's worker threads, or the event loop.
-AudioCodec = Literal["thread", "loop"]
-AUDIO_CODECS: Final[tuple[AudioCodec, ...]] = ("thread", "loop")
 
 Emit = Callable[[str, object], Awaitable[None]]
 WaitEvent = Callable[[str], Awaitable[InboundEvent]]

@@ -39,3 +39,9 @@ async def long_pause(session: AvatarSession, ctx: ScenarioContext) -> None:
     """Talks once, then waits far longer than any test: only a stop ends it."""
     await ctx.turn("Hello!")
     await ctx.pause(120)
+
+
+async def heard(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """The backend hears the uplink as speech (its VAD must be listening), then one turn."""
+    await session.expect("user_started_talking", timeout=10)
+    await ctx.turn("Hello!")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from avatar_sdk.fleet import FleetPlan, run_fleet
 from avatar_sdk.testing import StagingServer
 
@@ -56,3 +58,21 @@ async def test_a_media_session_measures_reply_audio(staging: StagingServer) -> N
     # the staging avatar's voice is a tone while it speaks, digital silence otherwise
     assert turn["audio_s"] is not None and 0 < turn["audio_s"] < 5
     assert report.stats["latency"]["audio"]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("audio", "codec"),
+    [("opus-tone", "thread"), ("tone", "loop"), ("opus-tone", "loop")],
+)
+async def test_fleet_uplink_sources_and_codec_are_heard(
+    staging: StagingServer, audio: str, codec: str
+) -> None:
+    """The named pre-encoded source and the on-loop codec reach the backend as speech."""
+    staging.brain.listen(threshold=0.02, min_speech=0.2)
+    seen: list[dict[str, Any]] = []
+    spec = spec_for(staging, media=True, audio=audio, audio_codec=codec)
+    plan = FleetPlan("tests.fleet.scenarios:heard", spec, sessions=2, rate=50.0)
+    report = await run_fleet(plan, engine="inline", on_measurement=seen.append)
+
+    assert report.ok, report.stats
+    assert report.stats["turns"] == {"ok": 2, "failed": 0}

@@ -15,10 +15,11 @@ from avatar_sdk.errors import AvatarError, ErrorCode
 from avatar_sdk.fleet import FleetPlan, FleetReport, FleetStats, SessionSpec, assign
 from avatar_sdk.fleet.engines import ENGINES, get_engine
 from avatar_sdk.fleet.measure import percentile
-from avatar_sdk.fleet.plan import start_time
+from avatar_sdk.fleet.plan import AUDIO_SOURCES, audio_source, start_time
 from avatar_sdk.fleet.report import html_page, progress_line, summary_rows, svg_chart
 from avatar_sdk.fleet.script import load_script, parse_script
 from avatar_sdk.fleet.worker import classify, load_scenario, resolve_ref
+from avatar_sdk.media import EncodedSilenceSource, EncodedToneSource, SilenceSource, ToneSource
 
 SPEC = SessionSpec("http://127.0.0.1:1", "tok-secret-123", allow_insecure_transport=True)
 
@@ -62,6 +63,9 @@ def test_session_spec_validation_and_secrecy() -> None:
     assert "<hidden>" in invalid(excinfo)
     with pytest.raises(AvatarError):
         SessionSpec("http://x", "tok", video=True)  # video needs media
+    with pytest.raises(AvatarError) as excinfo:
+        SessionSpec("http://x", "tok", audio_codec="gpu")  # type: ignore[arg-type]
+    assert "SessionSpec.audio_codec" in invalid(excinfo)
     plan = FleetPlan("m:f", SPEC)
     assert "tok-secret-123" not in repr(plan) and "tok-secret-123" not in repr(assign(plan, 0))
     assert pickle.loads(pickle.dumps(assign(plan, 5.0)[0])).plan.session.token == SPEC.token
@@ -264,3 +268,20 @@ def test_chart_without_data_and_text_summaries() -> None:
     assert rows["sessions ok / failed"][1] == "0 / 1"
     assert rows["failures by code"][1] == "auth_failed=1"
     assert "1 session(s) failed" in html_page(report_of(stats))
+
+
+def test_named_audio_sources() -> None:
+    """Each name maps to its source; anything else is a file path."""
+    expected = {
+        "silence": SilenceSource,
+        "tone": ToneSource,
+        "opus-silence": EncodedSilenceSource,
+        "opus-tone": EncodedToneSource,
+    }
+    assert set(expected) == set(AUDIO_SOURCES)
+    for name, kind in expected.items():
+        source = audio_source(name)
+        assert isinstance(source, kind), name
+        source.stop()
+    with pytest.raises(AvatarError):
+        audio_source("/no/such/file.ogg")

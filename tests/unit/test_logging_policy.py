@@ -135,6 +135,7 @@ def test_importing_every_module_configures_no_logger() -> None:
         import importlib, pkgutil
         # the dependencies first: what they do on import is theirs, not ours
         import aiohttp, aioice, aiortc, av, engineio, jsonschema, numpy, socketio, tenacity
+        import ray, yaml  # the fleet's: ray only for its engine (the extra)
         import transitions.extensions
         before = snapshot()
         import avatar_sdk
