@@ -190,7 +190,12 @@ def _round_note(record: dict[str, Any]) -> str:
     if "error" in record:
         return f"{head}: ERROR {record['error']}"
     run, base = record["run"], record["baseline"]
+    marginal = ", ".join(
+        f"{part} {_nan(marginal_ms(record, part)):.2f}"
+        for part in (PARTS if record["way"] == "local" else PARTS[:1])
+    )
     parts = [
+        f"marginal ms CPU/session {marginal}",
         f"{1000.0 * _cpu(run, 'total') / run['sessions']:.2f} ms CPU/session with fixed costs "
         f"({run['sessions']} sessions in {run['wall_s']:.1f} s; baseline 1 session "
         f"{1000.0 * _cpu(base, 'total'):.0f} ms)",

@@ -265,6 +265,8 @@ def test_the_fleet_figure_renders_from_saved_measurements() -> None:
     ended = rows["speak -> agent_turn_ended, run_fleet inline"]
     assert (ended.n, ended.median) == (11, pytest.approx(100.0))
     assert any("local round 1: ERROR RuntimeError: no" in note for note in result.notes)
+    local = next(note for note in result.notes if note.startswith("local round 0:"))
+    assert "marginal ms CPU/session total 12.00, driver 2.00, worker 10.00" in local
     assert any("0.50 / 0.70" in note for note in result.notes)
     ways = {w["way"]: w for w in result.data["ways"]}
     assert ways["local"]["overhead_ms_per_session"] == pytest.approx(2.0)
