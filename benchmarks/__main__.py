@@ -1,8 +1,8 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, resilience, guards, load (default: all),
+Figures: connect, recovery, throughput, media, resilience, guards, load, fleet (default: all),
 and asr (the ASR uplink part of resilience alone; not in the default run).
-``BENCH_LOAD_QUICK=1`` shortens ``load`` to a development run.
+``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
 ``benchmarks/RESULTS.md`` and its chart ``benchmarks/recovery-tiers.png`` from it
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, guards, load, markdown, media, recovery, resilience, throughput
+from . import connect, fleet, guards, load, markdown, media, recovery, resilience, throughput
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -34,9 +34,12 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "guards": (guards.TITLE, guards.run),
     "asr": (resilience.ASR_TITLE, resilience.run_asr),
     "load": (load.TITLE, load.run),
+    "fleet": (fleet.TITLE, fleet.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
-DEFAULT = ("connect", "recovery", "throughput", "media", "resilience", "guards", "load")
+DEFAULT = (
+    "connect", "recovery", "throughput", "media", "resilience", "guards", "load", "fleet",
+)  # fmt: skip
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -230,11 +230,14 @@ def probe_in_child(conn: Connection, args: ProbeArgs) -> None:
         conn.send({"error": describe_error(exc)})
 
 
-async def run_child(target: Callable[..., None], args: tuple[Any, ...], timeout: float) -> Any:
-    """Run ``target(conn, *args)`` in a fresh ``spawn`` process; its one message back."""
+async def run_child(
+    target: Callable[..., None], args: tuple[Any, ...], timeout: float, *, daemon: bool = True
+) -> Any:
+    """Run ``target(conn, *args)`` in a fresh ``spawn`` process; its one message back.
+    ``daemon=False`` for a child that starts processes of its own (a daemon may not)."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=target, args=(child, *args), daemon=True)
+    process = context.Process(target=target, args=(child, *args), daemon=daemon)
     process.start()
     child.close()
     loop = asyncio.get_running_loop()

@@ -2,17 +2,20 @@
 the SDK and bare clients connect to the bench staging server (in this process here, a
 child process in the benchmark), measure a short window and close without leaving a server
 conversation behind; a two-session level (server in a child process, as in the benchmark)
-answers both turns with nothing leaked."""
+answers both turns with nothing leaked; the ``fleet`` figure's three ways each answer two
+sessions."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 import pytest_asyncio
 
 from avatar_sdk.testing import StagingServer
+from benchmarks.fleet_runs import WAYS, RunArgs, timed_run
 from benchmarks.load_cpu import ProbeArgs, _probe
 from benchmarks.load_turns import TurnPlan, _level
 from benchmarks.media import BenchStagingServer, ChildServer
@@ -62,3 +65,19 @@ async def test_a_level_answers_every_session_and_leaks_nothing() -> None:
     assert (record["sessions_answered"], record["turns_answered"]) == (2, 2)
     assert record["ended_ms"]["n"] == 2 and record["ended_ms"]["p90_ms"] > 0.0
     assert (record["server_left"], record["tasks_leaked"]) == (0, 0)
+
+
+async def test_fleet_runs_measure_the_same_work_three_ways(
+    bench_server: StagingServer, tmp_path: Path
+) -> None:
+    # One run of each way of the ``fleet`` figure: every session answered, the latencies
+    # read back, the local engine's worker CPU seen as this process's children's.
+    url, token = bench_server.url, bench_server.token
+    async with aiohttp.ClientSession(base_url=url) as http:
+        for way in WAYS:
+            args = RunArgs(url, token, way, 2, 20.0, turn_timeout=5.0)
+            record = await timed_run(http, args, 2, tmp_path / f"{way}.jsonl")
+            assert (record["ok"], record["failed"], len(record["ended_s"])) == (2, 0, 2), record
+            assert all(0.0 < x < 5.0 for x in record["ended_s"])
+            assert record["cpu_s"] > 0.0 and record["server_left"] == 0
+            assert (record["children_cpu_s"] > 0.0) == (way == "local")

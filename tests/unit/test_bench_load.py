@@ -1,16 +1,21 @@
-"""The ``load`` benchmark's pure parts: per-session CPU, SDK/bare ratios, the p90 ratio to
-one session, sessions per process, the send schedule, and the figure rendered from saved
-measurements (no measuring here)."""
+"""The ``load`` and ``fleet`` benchmarks' pure parts: per-session CPU, SDK/bare ratios, the
+p90 ratio to one session, sessions per process, the send schedule, the runner's marginal
+CPU overhead per session, and the figures rendered from saved measurements (no measuring
+here)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
 import pytest
 
-from benchmarks import load
+from avatar_sdk import SessionConfig
+from benchmarks import fleet, load
+from benchmarks.fleet_runs import CONFIG_FIELDS, RunArgs, fleet_plan, turn_latencies
+from benchmarks.fleet_scenario import one_turn
 from benchmarks.load_cpu import MODES, mode, probe_order
 from benchmarks.load_turns import TurnPlan, offsets_for, turns_per_session
 
@@ -178,3 +183,116 @@ def test_the_quick_plan_is_one_environment_variable_away(monkeypatch: pytest.Mon
     assert load.current_plan() is load.QUICK
     monkeypatch.setenv(load.QUICK_ENV, "0")
     assert load.current_plan() is load.FULL
+
+
+# --------------------------------------------------------------------------- fleet figure
+
+
+def _run(sessions: int, cpu_s: float, kids_s: float = 0.0, **extra: Any) -> dict[str, Any]:
+    return {
+        "sessions": sessions,
+        "ok": sessions,
+        "failed": 0,
+        "ended_s": [0.1] * sessions,
+        "errors": [],
+        "cpu_s": cpu_s,
+        "children_cpu_s": kids_s,
+        "wall_s": 2.0,
+        "server_cpu_s": 0.2,
+        "machine_busy_cores": 0.5,
+        "other_processes_cores": 0.1,
+        "server_left": 0,
+        **extra,
+    }
+
+
+def _way(way: str, run_cpu: float, base_cpu: float, *, kids: tuple[float, float] = (0.0, 0.0),
+         sessions: int = 11, round_: int = 0) -> dict[str, Any]:  # fmt: skip
+    return {
+        "way": way,
+        "round": round_,
+        "warmup": _run(1, 0.05),
+        "baseline": _run(1, base_cpu, kids[1]),
+        "run": _run(sessions, run_cpu, kids[0], jsonl_lines=6 * sessions),
+    }
+
+
+def test_fleet_cpu_per_session_is_marginal_so_fixed_costs_drop_out() -> None:
+    # 10 more sessions cost 0.1 s more: 10 ms each, whatever the 1-session run cost.
+    assert fleet.marginal_ms(_way("hand", 0.12, 0.02)) == pytest.approx(10.0)
+    local = _way("local", 0.03, 0.01, kids=(0.9, 0.7))  # driver 2 ms, worker 20 ms/session
+    assert fleet.marginal_ms(local, "driver") == pytest.approx(2.0)
+    assert fleet.marginal_ms(local, "worker") == pytest.approx(20.0)
+    assert fleet.marginal_ms(local) == pytest.approx(22.0)
+    assert fleet.marginal_ms({"way": "hand", "error": "boom"}) is None
+    assert fleet.marginal_ms(_way("hand", 0.1, 0.1, sessions=1)) is None  # no extra session
+
+
+def test_fleet_overhead_is_against_the_hand_written_way_in_ms_and_percent() -> None:
+    hand = fleet.WayCpu("hand", [_way("hand", 0.12, 0.02), _way("hand", 0.14, 0.02)])  # 10, 12
+    inline = fleet.WayCpu("inline", [_way("inline", 0.135, 0.01)])  # 12.5 ms
+    assert hand.ms() == pytest.approx(11.0)  # the mean of the rounds
+    extra, pct = fleet.overhead(inline, hand)
+    assert extra == pytest.approx(1.5) and pct == pytest.approx(100.0 * 1.5 / 11.0)
+    failed = fleet.WayCpu("local", [{"way": "local", "error": "boom"}])
+    assert fleet.overhead(failed, hand) == (None, None)
+    assert (hand.sent, hand.answered, len(hand.ended_s)) == (22, 22, 22)
+
+
+def test_fleet_ways_alternate_abc_cba() -> None:
+    assert fleet.probe_order(("a", "b", "c"), 2) == [
+        ("a", 0), ("b", 0), ("c", 0), ("c", 1), ("b", 1), ("a", 1),
+    ]  # fmt: skip
+
+
+def test_the_fleet_figure_renders_from_saved_measurements() -> None:
+    records = [
+        _way("hand", 0.12, 0.02),  # 10 ms
+        _way("inline", 0.13, 0.02),  # 11 ms
+        _way("local", 0.04, 0.02, kids=(1.0, 0.9)),  # driver 2 + worker 10 ms
+        {"way": "local", "round": 1, "error": "RuntimeError: no"},
+    ]
+    result = fleet.render({"records": records, "loadavg": [0.5, 0.7]}, fleet.QUICK)
+    rows = {row.label: row for row in result.rows}
+    assert rows["CPU/session, hand-written AvatarSessions"].median == pytest.approx(10.0)
+    assert rows["  runner overhead/session, inline"].median == pytest.approx(1.0)
+    assert rows["  runner overhead, inline, of hand-written"].median == pytest.approx(10.0)
+    assert rows["  driver's CPU/session"].median == pytest.approx(2.0)
+    assert rows["  driver's share"].median == pytest.approx(100.0 / 6.0)
+    assert rows["  runner overhead, local, of hand-written"].median == pytest.approx(20.0)
+    answered = rows["sessions answered, run_fleet local, 1 worker"]
+    assert (answered.median, answered.verdict) == (11.0, "PASS")
+    ended = rows["speak -> agent_turn_ended, run_fleet inline"]
+    assert (ended.n, ended.median) == (11, pytest.approx(100.0))
+    assert any("local round 1: ERROR RuntimeError: no" in note for note in result.notes)
+    local = next(note for note in result.notes if note.startswith("local round 0:"))
+    assert "marginal ms CPU/session total 12.00, driver 2.00, worker 10.00" in local
+    assert any("0.50 / 0.70" in note for note in result.notes)
+    ways = {w["way"]: w for w in result.data["ways"]}
+    assert ways["local"]["overhead_ms_per_session"] == pytest.approx(2.0)
+
+
+def test_fleet_runs_the_same_sessions_as_the_hand_written_way() -> None:
+    args = RunArgs("http://127.0.0.1:1", "secret-token", "inline", 20, 5.0, turn_timeout=7.0)
+    plan = fleet_plan(args, 20)
+    assert (plan.sessions, plan.rate, plan.workers, plan.turn_timeout) == (20, 5.0, 1, 7.0)
+    assert plan.scenario is one_turn
+    assert not plan.session.media and plan.session.allow_insecure_transport
+    assert plan.session.session_config() == SessionConfig(**CONFIG_FIELDS)
+    assert "secret-token" not in repr(plan)
+
+
+def test_turn_latencies_come_from_the_answered_turns_of_the_json_lines() -> None:
+    lines = [
+        json.dumps({"kind": "turn", "ok": True, "ended_s": 0.25}),
+        json.dumps({"kind": "turn", "ok": False, "ended_s": None, "error": "timeout"}),
+        json.dumps({"kind": "greeting", "seconds": 0.1}),
+    ]
+    assert turn_latencies(lines) == [0.25]
+
+
+def test_fleet_quick_plan_shares_the_load_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(load.QUICK_ENV, "1")
+    assert fleet.current_plan() is fleet.QUICK
+    monkeypatch.delenv(load.QUICK_ENV)
+    assert fleet.current_plan() is fleet.FULL
