@@ -242,7 +242,8 @@ class ScenarioContext:
         """Inject a staging fault through the control API (``POST
         <control_url>/_control/faults/<name>`` with ``kwargs`` as JSON); returns its result.
         ``AvatarError(INVALID_ARGUMENT)`` without a ``control_url`` or for a fault the
-        backend refuses (unknown name, bad arguments)."""
+        backend refuses (unknown name, bad arguments); ``unreachable`` when the control API
+        does not answer (or answers something that is not JSON)."""
         import aiohttp  # noqa: PLC0415
 
         from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415 - aiohttp only
@@ -254,11 +255,16 @@ class ScenarioContext:
             )
         url = f"{base.rstrip('/')}{CONTROL_PREFIX}/faults/{name}"
         timeout = aiohttp.ClientTimeout(total=FAULT_TIMEOUT)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as http,
-            http.post(url, json=kwargs) as response,
-        ):
-            body = await response.json(content_type=None)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.post(url, json=kwargs) as response,
+            ):
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise AvatarError(
+                ErrorCode.UNREACHABLE, f"fault {name}: control API: {type(exc).__name__}"
+            ) from None
         if response.status != 200:
             detail = body.get("error") if isinstance(body, dict) else None
             raise AvatarError(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from .opus import (
     FRAME_SAMPLES,
     OPUS_SILENCE,
     SAMPLE_RATE,
+    check_tone,
     encoded_tone,
     opus_packet,
     opus_packet_samples,
@@ -76,13 +76,14 @@ class _Pacer:
         self.pts += samples
 
 
-class EncodedSilenceSource(MediaStreamTrack):
-    """Pre-encoded digital silence: keeps an uplink alive for the cost of a 3-byte copy."""
+class _CycledPackets(MediaStreamTrack):
+    """A paced stream of 20 ms Opus packets taken from a fixed cycle of payloads."""
 
     kind = "audio"
 
-    def __init__(self) -> None:
+    def __init__(self, cycle: tuple[bytes, ...]) -> None:
         super().__init__()
+        self._cycle = cycle
         self._pacer = _Pacer()
         self.packets = 0
 
@@ -93,10 +94,18 @@ class EncodedSilenceSource(MediaStreamTrack):
         pts = self._pacer.pts
         self._pacer.sent(FRAME_SAMPLES)  # committed once due: a cancel skips nothing
         self.packets += 1
-        return opus_packet(OPUS_SILENCE, FRAME_SAMPLES, pts)
+        payload = self._cycle[(pts // FRAME_SAMPLES) % len(self._cycle)]
+        return opus_packet(payload, FRAME_SAMPLES, pts)
 
 
-class EncodedToneSource(MediaStreamTrack):
+class EncodedSilenceSource(_CycledPackets):
+    """Pre-encoded digital silence: keeps an uplink alive for the cost of a 3-byte copy."""
+
+    def __init__(self) -> None:
+        super().__init__((OPUS_SILENCE,))
+
+
+class EncodedToneSource(_CycledPackets):
     """A continuous sine tone as pre-encoded Opus: :class:`~.sources.ToneSource`'s sound
     for the cost of a copy per 20 ms packet.
 
@@ -110,31 +119,9 @@ class EncodedToneSource(MediaStreamTrack):
         amplitude outside [0, 1].
     """
 
-    kind = "audio"
-
     def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
-        if not (math.isfinite(frequency) and 0 < frequency < SAMPLE_RATE / 2):
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT, f"frequency must be in (0, {SAMPLE_RATE // 2}) Hz"
-            )
-        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= 1.0):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "amplitude must be in [0, 1]")
-        super().__init__()
-        self.frequency = float(frequency)
-        self.amplitude = float(amplitude)
-        self._cycle = encoded_tone(self.frequency, self.amplitude)
-        self._pacer = _Pacer()
-        self.packets = 0
-
-    async def recv(self) -> av.Packet[Any]:
-        if self.readyState != "live":
-            raise MediaStreamError
-        await self._pacer.wait(self)
-        pts = self._pacer.pts
-        self._pacer.sent(FRAME_SAMPLES)  # committed once due: a cancel skips nothing
-        self.packets += 1
-        payload = self._cycle[(pts // FRAME_SAMPLES) % len(self._cycle)]
-        return opus_packet(payload, FRAME_SAMPLES, pts)
+        self.frequency, self.amplitude = check_tone(frequency, amplitude)
+        super().__init__(encoded_tone(self.frequency, self.amplitude))
 
 
 class _NotPlainOpus(AvatarError):

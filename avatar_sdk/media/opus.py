@@ -15,12 +15,15 @@ from typing import Any, Final
 import av
 import numpy as np
 
+from ..errors import AvatarError, ErrorCode
+
 __all__ = [
     "FRAME_SAMPLES",
     "OPUS_SILENCE",
     "SAMPLE_RATE",
     "VOICE_BITRATE",
     "VoiceEncoder",
+    "check_tone",
     "encoded_tone",
     "opus_packet_samples",
     "opus_silence",
@@ -122,6 +125,18 @@ class VoiceEncoder:
 
 
 @functools.lru_cache(maxsize=16)
+def check_tone(frequency: float, amplitude: float) -> tuple[float, float]:
+    """A tone source's arguments as floats, or ``AvatarError(invalid_argument)``: the
+    frequency in (0, Nyquist) Hz, the amplitude in [0, 1] (full scale)."""
+    if not (math.isfinite(frequency) and 0 < frequency < SAMPLE_RATE / 2):
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"frequency must be in (0, {SAMPLE_RATE // 2}) Hz"
+        )
+    if not (math.isfinite(amplitude) and 0.0 <= amplitude <= 1.0):
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, "amplitude must be in [0, 1]")
+    return float(frequency), float(amplitude)
+
+
 def tone_second(frequency: float, amplitude: float) -> bytes:
     """One second of a sine plus one frame (so any 20 ms slice is contiguous), s16 mono.
 

@@ -35,6 +35,7 @@ from ..errors import AvatarError, ErrorCode
 from .devices import classify_device_error, describe, device_error
 from .files import file_source
 from .normalize import Normalizer
+from .opus import check_tone
 
 __all__ = [
     "FRAME_SAMPLES",
@@ -125,15 +126,10 @@ class ToneSource(_PacedSource):
     """
 
     def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
-        if not (math.isfinite(frequency) and 0 < frequency < SAMPLE_RATE / 2):
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT, f"frequency must be in (0, {SAMPLE_RATE // 2}) Hz"
-            )
-        if not (math.isfinite(amplitude) and 0.0 <= amplitude <= 1.0):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "amplitude must be in [0, 1]")
+        frequency, amplitude = check_tone(frequency, amplitude)
         super().__init__()
-        self.frequency = float(frequency)
-        self.amplitude = float(amplitude)
+        self.frequency = frequency
+        self.amplitude = amplitude
         self._table = _tone_table(self.frequency, self.amplitude)
         self._offset = 0  # samples sent, modulo the table's period
         self._phase = 0.0

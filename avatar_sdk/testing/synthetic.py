@@ -188,8 +188,9 @@ def read_frame_counter(frame: av.VideoFrame) -> int | None:
     return word & 0xFFFFFF
 
 
-class ToneTrack(_PacedTrack):
-    """48 kHz mono audio: a sine while ``active()`` is true, silence otherwise."""
+class _Voice(_PacedTrack):
+    """A 20 ms audio slot each ``recv``: the tone while ``active()`` says so (the avatar is
+    speaking), silence otherwise. Subclasses say how a slot is carried."""
 
     kind = "audio"
 
@@ -203,30 +204,48 @@ class ToneTrack(_PacedTrack):
     ) -> None:
         super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
         self.active = active
-        self._tone = tone_second(float(frequency), max(0.0, min(1.0, amplitude)))
-        self._silence = bytes(AUDIO_FRAME * 2)
+        self.frequency = float(frequency)
+        self.amplitude = max(0.0, min(1.0, amplitude))
         self._pts = 0
         self.tone_frames = 0
+        self._prepare()
 
-    async def recv(self) -> av.AudioFrame:
+    def _prepare(self) -> None:
+        """Compute once what every slot reuses (the tone's samples or packets)."""
+
+    async def _slot(self) -> tuple[int, bool]:
+        """The next slot's pts (jumping forward after a stall) and whether it is tone."""
         elapsed = await self._next_slot()
         self._pts = max(self._pts, int(elapsed * AUDIO_RATE) // AUDIO_FRAME * AUDIO_FRAME)
+        pts, speaking = self._pts, self.active is None or self.active()
+        self._pts += AUDIO_FRAME
+        self.frames_sent += 1
+        self.tone_frames += speaking
+        return pts, speaking
+
+
+class ToneTrack(_Voice):
+    """48 kHz mono PCM frames: a sine while ``active()`` is true, silence otherwise."""
+
+    def _prepare(self) -> None:
+        self._tone = tone_second(self.frequency, self.amplitude)
+        self._silence = bytes(AUDIO_FRAME * 2)
+
+    async def recv(self) -> av.AudioFrame:
+        pts, speaking = await self._slot()
         frame = av.AudioFrame(format="s16", layout="mono", samples=AUDIO_FRAME)
-        if self.active is None or self.active():
-            start = (self._pts % AUDIO_RATE) * 2
+        if speaking:
+            start = (pts % AUDIO_RATE) * 2
             frame.planes[0].update(self._tone[start : start + AUDIO_FRAME * 2])
-            self.tone_frames += 1
         else:
             frame.planes[0].update(self._silence)
         frame.sample_rate = AUDIO_RATE
-        frame.pts = self._pts
+        frame.pts = pts
         frame.time_base = fractions.Fraction(1, AUDIO_RATE)
-        self._pts += AUDIO_FRAME
-        self.frames_sent += 1
         return frame
 
 
-class OpusToneTrack(_PacedTrack):
+class OpusToneTrack(_Voice):
     """:class:`ToneTrack`'s voice as pre-encoded Opus packets (nothing encoded per frame).
 
     aiortc sends ``av.Packet``s as they are, so every viewer of every session shares one
@@ -234,34 +253,13 @@ class OpusToneTrack(_PacedTrack):
     into exact zeros.
     """
 
-    kind = "audio"
-
-    def __init__(
-        self,
-        *,
-        frequency: float = 440.0,
-        amplitude: float = 0.3,
-        active: Callable[[], bool] | None = None,
-        gate: MediaGate | None = None,
-    ) -> None:
-        super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
-        self.active = active
-        self._cycle = encoded_tone(float(frequency), max(0.0, min(1.0, amplitude)))
-        self._pts = 0
-        self.tone_frames = 0
+    def _prepare(self) -> None:
+        self._cycle = encoded_tone(self.frequency, self.amplitude)
 
     async def recv(self) -> av.Packet[Any]:
-        elapsed = await self._next_slot()
-        self._pts = max(self._pts, int(elapsed * AUDIO_RATE) // AUDIO_FRAME * AUDIO_FRAME)
-        if self.active is None or self.active():
-            payload = self._cycle[(self._pts // AUDIO_FRAME) % len(self._cycle)]
-            self.tone_frames += 1
-        else:
-            payload = OPUS_SILENCE
-        packet = opus_packet(payload, AUDIO_FRAME, self._pts)
-        self._pts += AUDIO_FRAME
-        self.frames_sent += 1
-        return packet
+        pts, speaking = await self._slot()
+        payload = self._cycle[(pts // AUDIO_FRAME) % len(self._cycle)] if speaking else OPUS_SILENCE
+        return opus_packet(payload, AUDIO_FRAME, pts)
 
 
 _SAMPLE_TYPES = {"s16": ("h", 32768.0), "s16p": ("h", 32768.0), "flt": ("f", 1.0)}

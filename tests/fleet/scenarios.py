@@ -45,3 +45,12 @@ async def heard(session: AvatarSession, ctx: ScenarioContext) -> None:
     """The backend hears the uplink as speech (its VAD must be listening), then one turn."""
     await session.expect("user_started_talking", timeout=10)
     await ctx.turn("Hello!")
+
+
+async def bad_fault(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Asks the control API for a fault it does not know."""
+    await ctx.fault("no_such_fault")
+
+
+async def any_fault(session: AvatarSession, ctx: ScenarioContext) -> None:
+    await ctx.fault("drop_socket")

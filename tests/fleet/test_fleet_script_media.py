@@ -3,6 +3,7 @@ media session whose reply audio latency is measured from the avatar's audio trac
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,23 @@ async def test_fleet_uplink_sources_and_codec_are_heard(
 
     assert report.ok, report.stats
     assert report.stats["turns"] == {"ok": 2, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "control", "code"),
+    [
+        ("bad_fault", None, "invalid_argument"),  # the control API refuses the name
+        ("any_fault", "http://127.0.0.1:9", "unreachable"),  # nothing listens there
+    ],
+)
+async def test_a_fault_the_backend_cannot_take_fails_its_session_classified(
+    staging: StagingServer, scenario: str, control: str | None, code: str
+) -> None:
+    spec = spec_for(staging)
+    if control is not None:
+        spec = dataclasses.replace(spec, control_url=control)
+    plan = FleetPlan(f"tests.fleet.scenarios:{scenario}", spec, sessions=1)
+    report = await run_fleet(plan, engine="inline")
+
+    assert (report.finished, report.failed) == (1, 1)
+    assert report.stats["failures"] == {code: 1}
