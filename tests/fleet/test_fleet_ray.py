@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,94 @@ async def test_a_cancelled_ray_run_closes_its_sessions_and_actors(staging: Stagi
     assert {m["code"] for m in finished} == {"stopped"}  # closed on the stop, not killed
     assert len(staging.completed_threads) == 4
     assert not ray.is_initialized()
+
+
+#: A Ray instance in another process, as an existing cluster: prints its address, then
+#: runs until its stdin closes.
+RAY_HOST = """
+import sys, ray
+context = ray.init(address="local", num_cpus=2, include_dashboard=False,
+                   log_to_driver=False, configure_logging=False)
+print(context.address_info["gcs_address"], flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+async def test_the_ray_engine_joins_an_existing_cluster_by_address(
+    staging: StagingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each local instance makes its own auth token; a test cluster on loopback goes without.
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    host = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", RAY_HOST,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert host.stdin is not None and host.stdout is not None
+    try:
+        address = (await asyncio.wait_for(host.stdout.readline(), 60)).decode().strip()
+        assert address
+        plan = FleetPlan(f"{SCENARIOS}:one_turn", spec_for(staging), sessions=2, workers=2)
+        engine = RayEngine(address=address, init_options={"log_to_driver": False})
+        report = await asyncio.wait_for(run_fleet(plan, engine=engine), 90)
+
+        assert (report.finished, report.failed) == (2, 0)
+        assert report.stats["turns"] == {"ok": 2, "failed": 0}
+        assert not ray.is_initialized()  # the engine disconnected; the cluster runs on
+        assert host.returncode is None
+    finally:
+        host.stdin.close()
+        try:
+            await asyncio.wait_for(host.wait(), 30)
+        finally:
+            if host.returncode is None:
+                host.kill()
+                await host.wait()
+
+
+async def test_a_ray_instance_the_caller_started_is_used_and_left_running(
+    staging: StagingServer,
+) -> None:
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        plan = FleetPlan(f"{SCENARIOS}:one_turn", spec_for(staging), sessions=2, workers=2)
+        report = await asyncio.wait_for(run_fleet(plan, engine=RayEngine()), 90)
+        assert (report.finished, report.failed) == (2, 0)
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
+
+
+#: Run in a child process: a ``ray.init`` still dialling a dead address after the engine
+#: gave up stays behind in its thread until the process exits.
+UNREACHABLE = """
+import asyncio
+from avatar_sdk.errors import AvatarError
+from avatar_sdk.fleet import FleetPlan, SessionSpec, run_fleet
+from avatar_sdk.fleet.engines.ray import RayEngine
+
+spec = SessionSpec("http://127.0.0.1:9", "tok-secret", allow_insecure_transport=True)
+plan = FleetPlan("tests.fleet.scenarios:one_turn", spec, sessions=1)
+engine = RayEngine(address="127.0.0.1:9", connect_timeout=2,
+                   init_options={"log_to_driver": False})
+try:
+    asyncio.run(run_fleet(plan, engine=engine))
+except AvatarError as exc:
+    print(exc.code)
+"""
+
+
+async def test_an_unreachable_ray_address_fails_classified_in_bounded_time() -> None:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", UNREACHABLE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), 45)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert out.decode().strip() == "unreachable", err.decode()[-2000:]
+    assert b"tok-secret" not in out + err

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ import ray
 from ray.exceptions import RayError
 
 from ...besteffort import best_effort
+from ...errors import AvatarError, ErrorCode
 from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -92,14 +94,17 @@ class RayEngine:
     """Ray actors, one per assignment.
 
     ``address``: an existing cluster (``"auto"``, ``"ray://head:10001"``); None starts a
-    local Ray instance for the run when none is initialised (and shuts it down after).
+    new local Ray instance for the run (``address="local"``, even when a cluster started
+    with ``ray start`` runs on this machine) and shuts it down after.
     A Ray instance already initialised by the caller is used as is and left running.
     ``runtime_env``: passed to ``ray.init`` (ship your scenario to a cluster:
     ``{"working_dir": ".", "pip": ["avatar-sdk"]}``); ``init_options``: any other
     ``ray.init`` keyword; ``num_cpus``: CPUs each actor reserves (placement);
     ``poll_wait``: the longest a ``drain`` call waits; ``start_timeout``: how long the actors
     may take to start; ``stop_grace``: after a stop, how long actors get to close their
-    sessions before they are killed.
+    sessions before they are killed; ``connect_timeout``: how long starting or reaching
+    Ray may take (``ray.init`` to a dead address waits minutes) before the run fails with
+    ``AvatarError(unreachable)``.
     """
 
     def __init__(
@@ -112,6 +117,7 @@ class RayEngine:
         poll_wait: float = 0.5,
         start_timeout: float = 120.0,
         stop_grace: float = 10.0,
+        connect_timeout: float = 60.0,
     ) -> None:
         self.address = address
         self.runtime_env = dict(runtime_env or {})
@@ -120,6 +126,7 @@ class RayEngine:
         self.poll_wait = poll_wait
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
+        self.connect_timeout = connect_timeout
 
     async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
         owned = await self._init(len(assignments))
@@ -130,19 +137,19 @@ class RayEngine:
                 await asyncio.to_thread(ray.shutdown)
 
     async def _init(self, workers: int) -> bool:
-        """Connect to (or start) Ray unless the caller already did; True when we started it."""
+        """Connect to (or start) Ray unless the caller already did; True when we did."""
         if ray.is_initialized():
             return False
         options: dict[str, Any] = {"include_dashboard": False, **self.init_options}
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
-        if self.address is None:  # a local instance with room for every actor
+        if self.address is None:  # a new local instance with room for every actor
+            options["address"] = "local"
             needed = math.ceil(workers * self.num_cpus)
             options.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
         else:
             options["address"] = self.address
-        # ray.init takes seconds (it starts or dials the cluster): off the loop
-        await asyncio.to_thread(ray.init, **options)
+        await _init_ray(options, self.connect_timeout)
         return True
 
     async def _run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
@@ -185,6 +192,59 @@ class RayEngine:
         for lane in lanes:
             lane.kill()
             lane.lose("ray actor stopped before reporting its sessions")
+
+
+async def _init_ray(options: Mapping[str, Any], timeout: float) -> None:
+    """``ray.init(**options)`` off the loop, bounded by ``timeout``; its failure classified.
+
+    On a daemon thread of its own rather than ``asyncio.to_thread``: a ``ray.init`` still
+    dialling a dead address after the timeout must not hold up the interpreter's exit (the
+    default executor's threads are joined at exit). If it does connect after all, it
+    disconnects at once: nobody owns that connection any more.
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[BaseException | None] = loop.create_future()
+    abandoned = threading.Event()
+
+    def settle(outcome: BaseException | None) -> None:
+        if not answer.done():
+            answer.set_result(outcome)
+
+    def dial() -> None:
+        outcome: BaseException | None = None
+        try:
+            ray.init(**options)
+        except BaseException as exc:  # handed to the loop, classified there
+            outcome = exc
+        if abandoned.is_set():
+            if outcome is None:
+                with best_effort("disconnect from a Ray reached too late", log):
+                    ray.shutdown()
+            return
+        with best_effort("hand ray.init's outcome to the loop", log):
+            loop.call_soon_threadsafe(settle, outcome)
+
+    where = options.get("address")
+    threading.Thread(target=dial, name="avatar-fleet:ray-init", daemon=True).start()
+    try:
+        async with asyncio.timeout(timeout):
+            failure = await answer
+    except TimeoutError:
+        abandoned.set()
+        raise AvatarError(
+            ErrorCode.UNREACHABLE, f"ray at {where!r} not reached within {timeout:g}s"
+        ) from None
+    except asyncio.CancelledError:
+        abandoned.set()
+        raise
+    if failure is None:
+        return
+    code = (
+        ErrorCode.UNREACHABLE
+        if isinstance(failure, ConnectionError | TimeoutError)
+        else ErrorCode.INVALID_ARGUMENT
+    )
+    raise AvatarError(code, f"ray.init failed: {type(failure).__name__}: {failure}") from None
 
 
 class _Lane:
