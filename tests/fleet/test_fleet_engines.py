@@ -105,13 +105,16 @@ async def test_a_cancelled_local_run_stops_and_joins_its_workers(staging: Stagin
     plan = FleetPlan(f"{SCENARIOS}:long_pause", spec_for(staging), sessions=4, rate=50.0, workers=2)
     run = asyncio.create_task(run_fleet(plan, engine=engine, on_measurement=on_measurement))
     await asyncio.wait_for(all_talked.wait(), 30)
-    processes = list(engine.processes)
-    assert len(processes) == 2
+    pids = [process.pid for process in engine.processes]
+    assert len(pids) == 2 and all(pid is not None for pid in pids)
+    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(run, 20)
 
     assert engine.processes == []
+    # joined (reaped), not left running or as zombies: their /proc entries are gone
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
     finished = by_kind(seen, "session_finished")
     assert sorted(m["session"] for m in finished) == [0, 1, 2, 3]
     assert {m["code"] for m in finished} == {"stopped"}  # closed on the stop, not killed
