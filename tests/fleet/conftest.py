@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,11 @@ import pytest_asyncio
 
 from avatar_sdk.fleet import SessionSpec
 from avatar_sdk.testing import StagingServer
+
+# Ray 2.5x clusters authenticate with a token per local instance, and Ray reads the mode
+# once per process: the tests' loopback instances (the engine's own, one in another process
+# joined by address, one the test starts) all go without, set before any of them starts.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 #: Shrunk timeouts: behaviour is the same, tests finish fast.
 FAST: dict[str, Any] = {"close_timeout": 1.0, "reconnect_window": 5.0, "turn_confirm_timeout": 0.5}

@@ -18,6 +18,11 @@ from .conftest import by_kind, read_jsonl, spec_for
 SCENARIOS = "tests.fleet.scenarios"
 
 
+def has_proc_entry(pid: int) -> bool:
+    """A process that runs, or ended and was never reaped (a zombie)."""
+    return Path(f"/proc/{pid}").exists()
+
+
 def check_clean_run(items: list[dict[str, Any]], sessions: int, turns: int) -> None:
     """Every session started, connected, greeted, took its turns and finished ok."""
     for kind in ("session_started", "connected", "greeting", "session_finished"):
@@ -107,14 +112,14 @@ async def test_a_cancelled_local_run_stops_and_joins_its_workers(staging: Stagin
     await asyncio.wait_for(all_talked.wait(), 30)
     pids = [process.pid for process in engine.processes]
     assert len(pids) == 2 and all(pid is not None for pid in pids)
-    assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert all(has_proc_entry(pid) for pid in pids)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(run, 20)
 
     assert engine.processes == []
     # joined (reaped), not left running or as zombies: their /proc entries are gone
-    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert not [pid for pid in pids if has_proc_entry(pid)]
     finished = by_kind(seen, "session_finished")
     assert sorted(m["session"] for m in finished) == [0, 1, 2, 3]
     assert {m["code"] for m in finished} == {"stopped"}  # closed on the stop, not killed

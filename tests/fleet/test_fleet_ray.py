@@ -106,10 +106,8 @@ ray.shutdown()
 
 
 async def test_the_ray_engine_joins_an_existing_cluster_by_address(
-    staging: StagingServer, monkeypatch: pytest.MonkeyPatch
+    staging: StagingServer,
 ) -> None:
-    # Each local instance makes its own auth token; a test cluster on loopback goes without.
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     host = await asyncio.create_subprocess_exec(
         sys.executable, "-c", RAY_HOST,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -23,7 +23,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -129,17 +129,17 @@ class RayEngine:
         self.connect_timeout = connect_timeout
 
     async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
-        owned = await self._init(len(assignments))
+        connection = await self._init(len(assignments))
         try:
             await self._run(assignments, emit)
         finally:
-            if owned:
-                await asyncio.to_thread(ray.shutdown)
+            if connection is not None:
+                await connection.close(self.stop_grace)
 
-    async def _init(self, workers: int) -> bool:
-        """Connect to (or start) Ray unless the caller already did; True when we did."""
+    async def _init(self, workers: int) -> _RayConnection | None:
+        """Connect to (or start) Ray unless the caller already did; the connection we made."""
         if ray.is_initialized():
-            return False
+            return None
         options: dict[str, Any] = {"include_dashboard": False, **self.init_options}
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
@@ -149,14 +149,17 @@ class RayEngine:
             options.setdefault("num_cpus", max(os.cpu_count() or 1, needed))
         else:
             options["address"] = self.address
-        await _init_ray(options, self.connect_timeout)
-        return True
+        connection = _RayConnection(options)
+        await connection.open(self.connect_timeout)
+        return connection
 
     async def _run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
         levels = {name: logging.getLogger(name).level for name in _MIRRORED_LOGGERS}
         remote = ray.remote(FleetActor).options(num_cpus=self.num_cpus, max_concurrency=64)
-        lanes = [_Lane(a, remote.remote(levels), emit) for a in assignments]
-        try:
+        lanes: list[_Lane] = []
+        try:  # created inside: an actor that cannot be created still has the others killed
+            for assignment in assignments:
+                lanes.append(_Lane(assignment, remote.remote(levels), emit))
             await self._start(lanes)
             async with asyncio.TaskGroup() as pumps:
                 for lane in lanes:
@@ -167,10 +170,10 @@ class RayEngine:
 
     async def _start(self, lanes: Sequence[_Lane]) -> None:
         """Wait until every actor is up (or lost), then start the ramp on all of them."""
-        waits = {asyncio.ensure_future(lane.wait_ready()): lane for lane in lanes}
-        _, late = await asyncio.wait(waits, timeout=self.start_timeout)
-        for task in late:
-            task.cancel()
+        waits: dict[asyncio.Future[None], _Lane] = {
+            asyncio.ensure_future(lane.wait_ready()): lane for lane in lanes
+        }
+        for task in await _settle_within(waits, self.start_timeout):
             waits[task].lose(f"ray actor not up in {self.start_timeout:g}s")
         t0 = time.time()
         for lane in lanes:
@@ -185,66 +188,116 @@ class RayEngine:
             lane.request_stop()
         if live:
             drains = [asyncio.ensure_future(lane.pump(self.poll_wait)) for lane in live]
-            _, late = await asyncio.wait(drains, timeout=self.stop_grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*drains, return_exceptions=True)
+            await _settle_within(drains, self.stop_grace)
         for lane in lanes:
             lane.kill()
             lane.lose("ray actor stopped before reporting its sessions")
 
 
-async def _init_ray(options: Mapping[str, Any], timeout: float) -> None:
-    """``ray.init(**options)`` off the loop, bounded by ``timeout``; its failure classified.
+async def _settle_within(
+    tasks: Iterable[asyncio.Future[None]], timeout: float
+) -> set[asyncio.Future[None]]:
+    """Wait up to ``timeout`` for ``tasks``; the late ones (returned) are cancelled. On
+    every way out, cancellation included, none is left running or unawaited."""
+    pending = set(tasks)
+    late: set[asyncio.Future[None]] = set()
+    try:
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=timeout)
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    return late
 
-    On a daemon thread of its own rather than ``asyncio.to_thread``: a ``ray.init`` still
-    dialling a dead address after the timeout must not hold up the interpreter's exit (the
-    default executor's threads are joined at exit). If it does connect after all, it
-    disconnects at once: nobody owns that connection any more.
+
+class _RayConnection:
+    """``ray.init`` and ``ray.shutdown`` on one thread of its own that lives as long as the
+    connection.
+
+    Not the loop (``ray.init`` blocks for seconds, and dialling a dead address for
+    minutes), and not a pool thread that could exit meanwhile: Ray's local processes (GCS,
+    raylet) are started with the parent-death signal, which Linux sends when the *thread*
+    that started them exits, so they would die under the run. A daemon thread: one still
+    dialling after :meth:`open` gave up must not hold up the interpreter's exit; if it
+    connects after all, it disconnects at once.
     """
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[BaseException | None] = loop.create_future()
-    abandoned = threading.Event()
 
-    def settle(outcome: BaseException | None) -> None:
-        if not answer.done():
-            answer.set_result(outcome)
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self._options = dict(options)
+        self._release = threading.Event()
+        self._abandoned = threading.Event()
+        self._opened: asyncio.Future[BaseException | None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def dial() -> None:
+    async def open(self, timeout: float) -> None:
+        """Connected within ``timeout`` seconds, or ``AvatarError`` (unreachable, or
+        invalid_argument for what ``ray.init`` refused)."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._opened = loop.create_future()
+        self._closed = loop.create_future()
+        thread = threading.Thread(target=self._own, name="avatar-fleet:ray", daemon=True)
+        thread.start()
+        where = self._options.get("address")
+        try:
+            async with asyncio.timeout(timeout):
+                failure = await self._opened
+        except TimeoutError:
+            self._abandoned.set()
+            raise AvatarError(
+                ErrorCode.UNREACHABLE, f"ray at {where!r} not reached within {timeout:g}s"
+            ) from None
+        except asyncio.CancelledError:
+            self._abandoned.set()
+            raise
+        if failure is None:
+            return
+        code = (
+            ErrorCode.UNREACHABLE
+            if isinstance(failure, ConnectionError | TimeoutError)
+            else ErrorCode.INVALID_ARGUMENT
+        )
+        raise AvatarError(code, f"ray.init failed: {type(failure).__name__}: {failure}") from None
+
+    async def close(self, timeout: float) -> None:
+        """Disconnect (a local instance we started stops), waiting up to ``timeout``."""
+        self._release.set()
+        if self._closed is None:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._closed)
+        except TimeoutError:
+            log.warning("ray.shutdown did not finish within %gs", timeout)
+
+    def _own(self) -> None:
+        """The thread: init, wait for the release, shut down."""
         outcome: BaseException | None = None
         try:
-            ray.init(**options)
+            ray.init(**self._options)
         except BaseException as exc:  # handed to the loop, classified there
             outcome = exc
-        if abandoned.is_set():
+        if not self._abandoned.is_set():
+            self._tell(self._opened, outcome)
             if outcome is None:
-                with best_effort("disconnect from a Ray reached too late", log):
-                    ray.shutdown()
-            return
-        with best_effort("hand ray.init's outcome to the loop", log):
-            loop.call_soon_threadsafe(settle, outcome)
+                self._release.wait()
+        if outcome is None:
+            with best_effort("ray.shutdown", log):
+                ray.shutdown()
+        self._tell(self._closed, None)
 
-    where = options.get("address")
-    threading.Thread(target=dial, name="avatar-fleet:ray-init", daemon=True).start()
-    try:
-        async with asyncio.timeout(timeout):
-            failure = await answer
-    except TimeoutError:
-        abandoned.set()
-        raise AvatarError(
-            ErrorCode.UNREACHABLE, f"ray at {where!r} not reached within {timeout:g}s"
-        ) from None
-    except asyncio.CancelledError:
-        abandoned.set()
-        raise
-    if failure is None:
-        return
-    code = (
-        ErrorCode.UNREACHABLE
-        if isinstance(failure, ConnectionError | TimeoutError)
-        else ErrorCode.INVALID_ARGUMENT
-    )
-    raise AvatarError(code, f"ray.init failed: {type(failure).__name__}: {failure}") from None
+    def _tell(self, future: asyncio.Future[Any] | None, value: Any) -> None:
+        loop = self._loop
+        if future is None or loop is None or loop.is_closed():
+            return
+
+        def settle() -> None:
+            if not future.done():
+                future.set_result(value)
+
+        with best_effort("hand a ray outcome to the loop", log):
+            loop.call_soon_threadsafe(settle)
 
 
 class _Lane:
