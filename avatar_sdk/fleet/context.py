@@ -1,9 +1,16 @@
 """What a scenario gets besides its session: :class:`ScenarioContext`, whose ``turn()``
-speaks and measures, and :class:`AudioProbe`, which times the avatar's first audible frame.
+speaks and measures, :class:`AudioProbe`, which times the reply's first audible frame, and
+:class:`TurnIds` / :class:`TurnMatch`, which tell a turn's own reply from a late one.
 
 ``turn()`` registers every waiter before it speaks (``session.expect``), so a fast reply is
 never missed; a turn that times out is recorded (``ok=False, error="timeout"``) and the
 scenario goes on, while a session that ended under it raises, failing that session.
+
+A timed-out turn's reply may still come. Its events carry its ``turn_id``: a turn ignores
+the text and the end of any turn id seen before it spoke, and ends on the
+``agent_turn_ended`` of the turn id of its first spoken text. (A late reply none of whose
+events arrived before the next turn spoke cannot be told apart: nothing links a user turn
+to the turn id of its answer.)
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +31,7 @@ if TYPE_CHECKING:
     from ..session import AvatarSession
     from .plan import SessionSpec
 
-__all__ = ["AudioProbe", "ScenarioContext", "TurnResult", "is_spoken"]
+__all__ = ["AudioProbe", "ScenarioContext", "TurnIds", "TurnMatch", "TurnResult", "is_spoken"]
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +44,13 @@ AUDIBLE_RMS = 0.01
 #: After ``agent_turn_ended``, how long a turn still waits for its first audible frame
 #: (the media path lags the control channel by a jitter buffer or so).
 AUDIO_GRACE = 1.0
+#: Quiet frames in a row that end a voice (100 ms of 20 ms frames): a pause between two
+#: sentences is not its end.
+QUIET_END_FRAMES = 5
 #: The control API's own deadline for one fault request (seconds).
 FAULT_TIMEOUT = 10.0
+#: Turn ids a session remembers as past (the oldest forgotten first).
+TURN_IDS_KEPT = 64
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
@@ -70,22 +82,59 @@ class TurnResult:
 
 
 class AudioProbe:
-    """Reads the avatar's audio track on its own task and stamps the first audible frame
-    after each :meth:`arm`. Reading every frame also keeps the track's bounded buffer from
-    holding stale frames; the level is computed only while armed."""
+    """Reads the avatar's audio track on its own task and stamps, after each :meth:`arm`,
+    the first audible frame that follows a quiet one: a reply's voice begins after silence
+    (a barge-in silences the avatar), while a frame audible right after ``arm`` may be the
+    previous utterance still playing (``agent_turn_ended`` comes while its voice goes on,
+    and the media path lags the control channel). :meth:`arm_end` is the converse: the
+    first :data:`QUIET_END_FRAMES` quiet frames after an audible one, the end of a voice
+    (the greeting's, armed by the runner at connect, then each reply's): :meth:`settle`
+    waits for it, so a turn never speaks over a voice still playing and its reply is never
+    heard as one with that voice (a backend may answer a barge-in faster than the media
+    path carries the silence it makes). Reading every frame also keeps the track's
+    bounded buffer from holding stale frames; the level is computed only while armed."""
 
     def __init__(self, track: Any, threshold: float = AUDIBLE_RMS) -> None:
         self.track = track
         self.threshold = threshold
         self._waiter: asyncio.Future[float] | None = None
+        self._want_audible = True  # what resolves the waiter: an onset, or an end
+        self._primed = False  # the opposite level seen since arming
+        self._quiet_run = 0
+        self._began = asyncio.Event()  # the voice an end waiter tracks was heard
         self.frames = 0
 
     def arm(self) -> asyncio.Future[float]:
-        """A future for the monotonic time of the next audible frame."""
+        """A future for the monotonic time of the first audible frame after a quiet one."""
+        return self._arm(audible=True)
+
+    def arm_end(self) -> asyncio.Future[float]:
+        """A future for the monotonic time a voice heard since now ended."""
+        return self._arm(audible=False)
+
+    def _arm(self, *, audible: bool) -> asyncio.Future[float]:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()
+        self._want_audible, self._primed, self._quiet_run = audible, False, 0
+        self._began.clear()
         self._waiter = asyncio.get_running_loop().create_future()
         return self._waiter
+
+    async def settle(self, limit: float) -> None:
+        """Wait until the voice :meth:`arm_end` tracks is over: at most ``limit`` seconds,
+        and :data:`AUDIO_GRACE` for it to begin (the media path lags the control channel;
+        an utterance may also have no voice at all). At once when nothing is tracked."""
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._want_audible:
+            return
+        deadline = time.monotonic() + limit
+        if not self._primed:
+            try:
+                async with asyncio.timeout(min(AUDIO_GRACE, limit)):
+                    await self._began.wait()
+            except TimeoutError:
+                return
+        await asyncio.wait([waiter], timeout=max(0.0, deadline - time.monotonic()))
 
     async def run(self) -> None:
         from aiortc.mediastreams import MediaStreamError  # noqa: PLC0415
@@ -99,10 +148,69 @@ class AudioProbe:
                 waiter = self._waiter
                 if waiter is None or waiter.done():
                     continue
-                if frame_rms(frame) > self.threshold:
-                    waiter.set_result(time.monotonic())
+                loud = frame_rms(frame) > self.threshold
+                if self._want_audible:  # an onset: audible after quiet
+                    if not loud:
+                        self._primed = True
+                    elif self._primed:
+                        waiter.set_result(time.monotonic())
+                elif loud:  # an end: quiet for a while after audible
+                    self._primed, self._quiet_run = True, 0
+                    self._began.set()
+                elif self._primed:
+                    self._quiet_run += 1
+                    if self._quiet_run >= QUIET_END_FRAMES:
+                        waiter.set_result(time.monotonic())
         except MediaStreamError:
             return  # the session closed its track
+
+
+class TurnIds:
+    """The turn ids a session has seen so far (``agent_text``, ``agent_turn_ended``), the
+    last :data:`TURN_IDS_KEPT`: what a new turn treats as past."""
+
+    def __init__(self, session: AvatarSession) -> None:
+        self._ids: dict[str, None] = {}  # insertion-ordered set
+        session.on("agent_text", self._see)
+        session.on("agent_turn_ended", self._see)
+
+    def _see(self, event: Event) -> None:
+        turn_id = event.data.get("turn_id")
+        if isinstance(turn_id, str) and turn_id not in self._ids:
+            self._ids[turn_id] = None
+            if len(self._ids) > TURN_IDS_KEPT:
+                del self._ids[next(iter(self._ids))]
+
+    def snapshot(self) -> frozenset[str]:
+        return frozenset(self._ids)
+
+
+class TurnMatch:
+    """Which events belong to one turn: not those of a turn id in ``stale`` (seen before it
+    spoke); its end is that of the turn id of its first spoken text. Events without a turn
+    id (a backend that sends none) always match: the next end is the turn's."""
+
+    def __init__(self, stale: Collection[str]) -> None:
+        self.stale = stale
+        self.own: str | None = None
+
+    def text(self, data: Mapping[str, Any]) -> bool:
+        """Whether this ``agent_text`` is the turn's spoken text (adopting its turn id)."""
+        turn_id = data.get("turn_id")
+        if turn_id is not None and (turn_id in self.stale or self.own not in (None, turn_id)):
+            return False
+        if not is_spoken(data):
+            return False
+        if self.own is None and turn_id is not None:
+            self.own = str(turn_id)
+        return True
+
+    def end(self, data: Mapping[str, Any]) -> bool:
+        """Whether this ``agent_turn_ended`` ends the turn."""
+        turn_id = data.get("turn_id")
+        if turn_id is None:
+            return True
+        return turn_id not in self.stale and self.own in (None, turn_id)
 
 
 class ScenarioContext:
@@ -121,6 +229,8 @@ class ScenarioContext:
         turn_timeout: float,
         stop: asyncio.Event,
         probe: AudioProbe | None = None,
+        deadline: float | None = None,
+        turn_ids: TurnIds | None = None,
     ) -> None:
         self.session = session
         self.spec = spec
@@ -131,15 +241,22 @@ class ScenarioContext:
         self._emit = emit
         self._stop = stop
         self._probe = probe
+        self._deadline = deadline
+        self._turn_ids = turn_ids
         self._turns = 0
 
     @property
     def stopping(self) -> bool:
-        """True once the run is stopping: a long scenario may end early."""
-        return self._stop.is_set()
+        """True once the run is stopping (Ctrl-C) or its ``duration`` is over: a long
+        scenario may end early."""
+        if self._stop.is_set():
+            return True
+        return self._deadline is not None and time.time() >= self._deadline
 
     def measure(self, kind: str, **fields: Any) -> None:
-        """Send one measurement of this session to the runner (``record`` for your own)."""
+        """Send one measurement of this session to the runner (``record`` for a figure).
+        Its fields are made plain JSON; ``t``, ``kind``, ``session`` and ``worker`` are
+        reserved (``AvatarError(INVALID_ARGUMENT)``)."""
         self._emit(measurement(kind, self.index, self.worker, **fields))
 
     def record(self, name: str, value: float) -> None:
@@ -147,25 +264,32 @@ class ScenarioContext:
         self.measure("metric", name=str(name), value=float(value))
 
     async def pause(self, seconds: float) -> None:
-        """Wait ``seconds`` (returns early when the run stops)."""
+        """Wait ``seconds`` (returns early when the run stops or its ``duration`` is over)."""
+        if self._deadline is not None:
+            seconds = min(seconds, self._deadline - time.time())
         await sleep_unless(self._stop, seconds)
 
     async def turn(self, text: str, *, timeout: float | None = None) -> TurnResult:
         """Speak ``text`` and wait for the avatar's turn to end, measuring the first spoken
         text, the first audible frame (media sessions) and the end, from the ``speak()``
-        call. A timeout is recorded and returned (``ok=False``), not raised; ``AvatarError``
-        (the session ended) is recorded, then raised."""
+        call. With media it first lets a voice still playing end (the greeting's, the last
+        reply's: :meth:`AudioProbe.settle`, not timed). A timeout is recorded and returned
+        (``ok=False``), not raised; ``AvatarError`` (the session ended) is recorded, then
+        raised."""
         session, limit = self.session, timeout or self.turn_timeout
         number, self._turns = self._turns, self._turns + 1
         words: list[str] = []
         first_text: list[float] = []
+        match = TurnMatch(self._turn_ids.snapshot() if self._turn_ids is not None else ())
 
         def on_text(event: Event) -> None:
-            if is_spoken(event.data):
+            if match.text(event.data):
                 words.append(str(event.data.get("content", "")))
                 if not first_text:
                     first_text.append(event.at)
 
+        if self._probe is not None:  # the voice still playing (greeting, last reply) ends
+            await self._probe.settle(limit)
         unsubscribe = session.on("agent_text", on_text)
         audible = self._probe.arm() if self._probe is not None else None
         ended_at: float | None = None
@@ -173,15 +297,19 @@ class ScenarioContext:
         failure: AvatarError | None = None
         started = time.monotonic()
         try:
-            ended = session.expect("agent_turn_ended", timeout=limit)  # before speaking
+            ended = session.expect(  # registered before speaking
+                "agent_turn_ended", lambda event: match.end(event.data), timeout=limit
+            )
             try:
                 await session.speak(text)
                 ended_at = (await ended).at
             finally:
                 ended.cancel()
-            if audible is not None:
+            if audible is not None and self._probe is not None:
                 grace = max(0.0, min(AUDIO_GRACE, started + limit - time.monotonic()))
                 await asyncio.wait([audible], timeout=grace)
+                if audible.done():
+                    self._probe.arm_end()  # the next turn waits for this voice's end
         except TimeoutError:
             error = "timeout"
         except AvatarError as exc:
@@ -238,7 +366,7 @@ class ScenarioContext:
 
         return self.session.expect(name, predicate if match else None, timeout=timeout)
 
-    async def fault(self, name: str, **kwargs: Any) -> Any:
+    async def fault(self, name: str, /, **kwargs: Any) -> Any:
         """Inject a staging fault through the control API (``POST
         <control_url>/_control/faults/<name>`` with ``kwargs`` as JSON); returns its result.
         ``AvatarError(INVALID_ARGUMENT)`` without a ``control_url`` or for a fault the

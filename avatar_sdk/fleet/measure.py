@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ..errors import AvatarError, ErrorCode
+
 __all__ = [
     "KINDS",
     "LATENCIES",
@@ -24,6 +26,7 @@ __all__ = [
     "Measurement",
     "measurement",
     "percentile",
+    "plain",
 ]
 
 #: Every measurement kind, in the order a session emits them.
@@ -97,9 +100,42 @@ class SessionFinished(Base):
     seconds: float
 
 
-def measurement(kind: str, session: int, worker: int, **fields: Any) -> Measurement:
-    """A measurement of ``kind`` stamped now (epoch seconds)."""
-    return {"t": time.time(), "kind": kind, "session": session, "worker": worker, **fields}
+#: The keys every measurement has, which no field may replace.
+RESERVED: frozenset[str] = frozenset({"t", "kind", "session", "worker"})
+_PLAIN = (str, int, bool, type(None))
+
+
+def plain(value: Any) -> Any:
+    """``value`` as strict JSON data: mappings (string keys) and sequences kept, a float
+    that is not finite becomes None (JSON has no infinity), anything else its ``str``. A
+    measurement crosses a process pipe (pickle) and is written as JSON: a scenario's odd
+    field must not lose it, nor the measurements batched with it."""
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return str(value)
+
+
+def measurement(kind: str, session: int, worker: int, /, **fields: Any) -> Measurement:
+    """A measurement of ``kind`` stamped now (epoch seconds), its fields made
+    :func:`plain`. ``AvatarError(INVALID_ARGUMENT)`` for a field named like a reserved key
+    (``t``, ``kind``, ``session``, ``worker``): refused rather than dropped, since a
+    measurement filed under another session or time would corrupt the figures silently."""
+    clash = RESERVED.intersection(fields)
+    if clash:
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"measurement {kind!r}: reserved field names {sorted(clash)}",
+        )
+    item: Measurement = {"t": time.time(), "kind": str(kind), "session": session, "worker": worker}
+    for name, value in fields.items():
+        item[name] = value if isinstance(value, _PLAIN) else plain(value)
+    return item
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -18,13 +18,16 @@ The file is checked against :data:`SCHEMA` with jsonschema (the same library the
 for tool arguments) so a typo fails before any session starts, naming the step. Staging
 faults hit the whole backend, hence one session fires a fault by default while every
 session may ``expect`` its effect. An ``expect`` step is registered when the step before
-it starts, so an event caused by that step is never missed.
+it starts, so an event caused by that step is never missed. Every duration is finite and
+at most :data:`MAX_SECONDS` (a day): ``pause: .inf`` is a typo, not a plan (jsonschema has
+no finiteness keyword; :func:`_finite` adds one for NaN, which passes every comparison).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA", "load_script", "parse_script", "script_scenario"]
 
+#: The longest pause or timeout a script may ask for (seconds).
+MAX_SECONDS = 86400.0
 _INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_TIMEOUT = {"type": "number", "exclusiveMinimum": 0}
+_TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SECONDS, "finite": True}
+_PAUSE = {"type": "number", "minimum": 0, "maximum": MAX_SECONDS, "finite": True}
 #: An ``expect`` step's default deadline (seconds from when it is registered).
 EXPECT_TIMEOUT = 30.0
 
@@ -70,7 +76,7 @@ SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "required": ["pause"],
                         "additionalProperties": False,
-                        "properties": {"pause": {"type": "number", "minimum": 0}},
+                        "properties": {"pause": _PAUSE},
                     },
                     {
                         "type": "object",
@@ -98,11 +104,24 @@ SCHEMA: dict[str, Any] = {
         },
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def _finite(
+    validator: Any, wanted: bool, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    """The ``finite`` keyword: a NaN (an infinity already fails ``maximum``)."""
+    if wanted and isinstance(instance, float) and math.isnan(instance):
+        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
+
+
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, {"finite": _finite}
+)
+_VALIDATOR = _Validator(SCHEMA)
 #: The key that names a step's kind, and a validator of that kind of step alone.
 _KINDS = ("say", "pause", "fault", "expect")
 _BRANCHES = {
-    branch["required"][0]: jsonschema.Draft202012Validator(branch)
+    branch["required"][0]: _Validator(branch)
     for branch in SCHEMA["properties"]["steps"]["items"]["oneOf"]
 }
 

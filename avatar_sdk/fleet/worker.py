@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AvatarError, ErrorCode
-from .context import AudioProbe, ScenarioContext, sleep_unless
+from .context import AudioProbe, ScenarioContext, TurnIds, sleep_unless
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ Emit = Callable[[Measurement], None]
 SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
 #: The failure code of a session the run stopped (``stop`` set, Ctrl-C) before it ended.
 STOPPED = "stopped"
+#: The failure code of a session whose ramp slot came after the run's ``duration``.
+DEADLINE = "deadline"
 
 
 # -- the scenario reference ------------------------------------------------------------------
@@ -147,6 +149,9 @@ class _SessionRun:
         self.stop = stop
         self._emit = emit
         self.ended: dict[str, Any] | None = None
+        #: The run's end (epoch seconds, ``t0 + duration``): no iteration starts after it,
+        #: pauses end at it; None: the run ends with its iterations.
+        self.deadline = None if self.plan.duration is None else assignment.t0 + self.plan.duration
 
     def measure(self, kind: str, **fields: Any) -> None:
         self._emit(measurement(kind, self.index, self.assignment.worker, **fields))
@@ -192,10 +197,14 @@ class _SessionRun:
         """Wait for the ramp slot, run the session; never raises but ``CancelledError``
         (after reporting the session ``stopped``)."""
         started = time.monotonic()
+        slot, deadline = self.assignment.start_of(self.index), self.deadline
         try:
-            await sleep_unless(self.stop, self.assignment.start_of(self.index) - time.time())
-            if self.stop.is_set():
-                self.measure("session_finished", status="failed", code=STOPPED, seconds=0.0)
+            late = deadline is not None and slot >= deadline  # reported at the deadline
+            until = slot if deadline is None else min(slot, deadline)
+            await sleep_unless(self.stop, until - time.time())
+            if self.stop.is_set() or late:  # never started: no session_started
+                why = STOPPED if self.stop.is_set() else DEADLINE
+                self.measure("session_finished", status="failed", code=why, seconds=0.0)
                 return
             self.measure("session_started")
             started = time.monotonic()
@@ -221,9 +230,10 @@ class _SessionRun:
             self.measure("error", code=str(exc.code), recoverable=exc.recoverable)
             return str(exc.code)
         self._instrument(session)
+        turn_ids = TurnIds(session)
         try:
             async with asyncio.TaskGroup() as tasks:
-                work = tasks.create_task(self._converse(session))
+                work = tasks.create_task(self._converse(session, turn_ids))
                 watcher = tasks.create_task(self.stop.wait())
                 work.add_done_callback(lambda _: watcher.cancel())
                 watcher.add_done_callback(lambda _: work.cancel())
@@ -234,7 +244,7 @@ class _SessionRun:
             failure = str((self.ended or {}).get("code") or "failed")
         return failure
 
-    async def _converse(self, session: AvatarSession) -> str | None:
+    async def _converse(self, session: AvatarSession, turn_ids: TurnIds) -> str | None:
         plan = self.plan
         probe: asyncio.Task[None] | None = None
         try:
@@ -249,13 +259,14 @@ class _SessionRun:
             audio = session.avatar_audio if plan.session.media else None
             listener = AudioProbe(audio) if audio is not None else None
             if listener is not None:
+                listener.arm_end()  # the greeting's voice: the first turn lets it end
                 probe = asyncio.create_task(listener.run(), name="avatar-fleet:audio-probe")
             try:
                 greeted = await greeting
                 self.measure("greeting", seconds=max(0.0, greeted.at - started))
             except TimeoutError:
                 self.measure("error", code="greeting_timeout", recoverable=True)
-            await self._iterations(session, listener)
+            await self._iterations(session, listener, turn_ids)
             if self.stop.is_set():
                 return STOPPED  # cut short (a pause ends early on a stop), not completed
         except Exception as exc:
@@ -272,13 +283,14 @@ class _SessionRun:
                 await asyncio.wait([probe])
         return None
 
-    async def _iterations(self, session: AvatarSession, probe: AudioProbe | None) -> None:
-        plan = self.plan
-        stop_at = self.assignment.t0 + plan.duration if plan.duration is not None else None
+    async def _iterations(
+        self, session: AvatarSession, probe: AudioProbe | None, turn_ids: TurnIds
+    ) -> None:
+        plan, deadline = self.plan, self.deadline
         for iteration in itertools.count():
             if plan.iterations and iteration >= plan.iterations:
                 return
-            if self.stop.is_set() or (stop_at is not None and time.time() >= stop_at):
+            if self.stop.is_set() or (deadline is not None and time.time() >= deadline):
                 return
             ctx = ScenarioContext(
                 session=session,
@@ -290,6 +302,8 @@ class _SessionRun:
                 turn_timeout=plan.turn_timeout,
                 stop=self.stop,
                 probe=probe,
+                deadline=deadline,
+                turn_ids=turn_ids,
             )
             await self.scenario(session, ctx)
             await asyncio.sleep(0)  # a scenario that never awaits still lets the loop run

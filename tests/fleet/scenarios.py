@@ -54,3 +54,22 @@ async def bad_fault(session: AvatarSession, ctx: ScenarioContext) -> None:
 
 async def any_fault(session: AvatarSession, ctx: ScenarioContext) -> None:
     await ctx.fault("drop_socket")
+
+
+async def three_turns(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """Back to back, no pause: each turn starts right after the previous turn's end, while
+    the avatar's voice of that turn (or of the greeting) may still be playing."""
+    for text in ("Hello there, how are you today?", "Tell me more please.", "And then?"):
+        await ctx.turn(text)
+
+
+async def odd_measurements(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """A turn, then measurements whose fields are not JSON (nor picklable: a lambda)."""
+    await ctx.turn("Hello!")
+    ctx.measure("metric", name="odd", value=object())
+    ctx.measure("note", callback=lambda: None, tags={"a", "b"}, nested={"x": (1, 2)})
+
+
+async def fault_with_name(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """A fault argument called ``name`` (the staging backend refuses it: not a crash)."""
+    await ctx.fault("drop_socket", name="x")

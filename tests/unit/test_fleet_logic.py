@@ -3,18 +3,25 @@ script schema, scenario references, the report's text and HTML."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import multiprocessing
 import pickle
 import random
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 import pytest
+from aiortc.mediastreams import MediaStreamError
 
 from avatar_sdk.errors import AvatarError, ErrorCode
 from avatar_sdk.fleet import FleetPlan, FleetReport, FleetStats, SessionSpec, assign
+from avatar_sdk.fleet.context import QUIET_END_FRAMES, AudioProbe, TurnMatch
 from avatar_sdk.fleet.engines import ENGINES, get_engine
-from avatar_sdk.fleet.measure import percentile
+from avatar_sdk.fleet.engines.local import send_batch
+from avatar_sdk.fleet.measure import measurement, percentile
 from avatar_sdk.fleet.plan import AUDIO_SOURCES, audio_source, start_time
 from avatar_sdk.fleet.report import html_page, progress_line, summary_rows, svg_chart
 from avatar_sdk.fleet.script import load_script, parse_script
@@ -168,6 +175,10 @@ def test_timeline_active_falls_when_sessions_finish() -> None:
         ({"steps": [{"fault": "drop_socket", "args": [1]}]}, "steps[0].args: [1] is not of type"),
         ({"steps": [{"expect": "reconected"}]}, "steps[0]: unknown event 'reconected'"),
         ({"steps": [{"say": "hi"}], "extra": 1}, "Additional properties"),
+        ({"steps": [{"say": "hi"}, {"pause": float("inf")}]}, "steps[1].pause: inf is greater"),
+        ({"steps": [{"say": "hi", "timeout": 1e999}]}, "steps[0]: inf is greater"),
+        ({"steps": [{"expect": "reconnected", "timeout": 1e6}]}, "steps[0]: 1000000.0 is greater"),
+        ({"steps": [{"pause": float("nan")}]}, "steps[0].pause: nan is not a finite number"),
     ],
 )
 def test_script_schema_errors_name_the_step(data: Any, message: str) -> None:
@@ -285,3 +296,90 @@ def test_named_audio_sources() -> None:
         source.stop()
     with pytest.raises(AvatarError):
         audio_source("/no/such/file.ogg")
+
+
+# -- measurements ------------------------------------------------------------------------------
+def test_measurement_fields_are_made_plain_and_keep_the_reserved_keys() -> None:
+    item = measurement(
+        "note", 3, 1, f=lambda: None, s={1}, n={"x": (1, 2.5, None)}, big=float("inf"), ok=True
+    )
+    assert json.loads(json.dumps(item, allow_nan=False)) == item  # strict JSON, round trips
+    assert (item["kind"], item["session"], item["worker"], item["ok"]) == ("note", 3, 1, True)
+    assert isinstance(item["f"], str) and item["s"] == "{1}" and item["n"] == {"x": [1, 2.5, None]}
+    assert item["big"] is None  # JSON has no infinity
+    pickle.dumps(item)
+    for reserved in ("t", "session", "worker", "kind"):
+        with pytest.raises(AvatarError) as excinfo:
+            measurement("note", 0, 0, **{reserved: 1})
+        assert reserved in invalid(excinfo)
+
+
+def test_a_batch_with_an_item_that_cannot_be_sent_loses_only_that_item() -> None:
+    parent, child = multiprocessing.Pipe()
+    try:
+        good, bad = {"kind": "turn", "n": 1}, {"kind": "metric", "f": lambda: None}
+        assert send_batch(child, [good, bad, good]) is True
+        received = []
+        while parent.poll(0):
+            received.extend(parent.recv()[1])
+        assert received == [good, good]
+        parent.close()
+        assert send_batch(child, [good]) is False  # the driver is gone
+    finally:
+        child.close()
+
+
+# -- audio probe and turn matching -------------------------------------------------------------
+class _Track:
+    def __init__(self, levels: list[float]) -> None:
+        self.frames = [self._frame(level) for level in levels]
+
+    @staticmethod
+    def _frame(level: float) -> av.AudioFrame:
+        samples = np.full((1, 960), int(level * 32767), dtype=np.int16)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate = 48000
+        return frame
+
+    async def recv(self) -> av.AudioFrame:
+        await asyncio.sleep(0)
+        if not self.frames:
+            raise MediaStreamError
+        return self.frames.pop(0)
+
+
+async def test_audio_probe_waits_for_silence_before_the_voice() -> None:
+    """A voice still playing when the turn is armed (the previous utterance's tail) is not
+    the reply: only an audible frame after a quiet one is."""
+    probe = AudioProbe(_Track([0.3, 0.3, 0.0, 0.0, 0.3, 0.3]))
+    heard = probe.arm()
+    at_frame: list[int] = []
+    heard.add_done_callback(lambda _: at_frame.append(probe.frames))
+    await probe.run()
+    assert heard.done() and at_frame == [5]
+    never = AudioProbe(_Track([0.3, 0.3, 0.3]))
+    waiter = never.arm()
+    await never.run()
+    assert not waiter.done()
+    # a voice's end: quiet for QUIET_END_FRAMES after audible (a short pause is not one)
+    ending = AudioProbe(_Track([0.0, 0.3, 0.0, 0.0, 0.3] + [0.0] * QUIET_END_FRAMES + [0.3]))
+    over = ending.arm_end()
+    at_frame.clear()
+    over.add_done_callback(lambda _: at_frame.append(ending.frames))
+    await ending.run()
+    assert at_frame == [5 + QUIET_END_FRAMES]
+
+
+def test_turn_match_takes_its_own_turn_id() -> None:
+    match = TurnMatch(stale={"turn-1", "turn-2"})
+    assert not match.text({"turn_id": "turn-2", "spoken": True})  # the timed-out turn's tail
+    assert not match.end({"turn_id": "turn-2"})
+    assert match.text({"turn_id": "turn-3", "spoken": True})  # the first spoken text: ours
+    assert match.own == "turn-3"
+    assert not match.text({"turn_id": "turn-4", "spoken": True})
+    assert not match.end({"turn_id": "turn-4"}) and match.end({"turn_id": "turn-3"})
+    assert not match.text({"turn_id": "turn-3", "type": "tool", "spoken": False})
+    blind = TurnMatch(stale=set())  # a backend without turn ids: the next end is the turn's
+    assert blind.text({"spoken": True}) and blind.end({}) and blind.end({"turn_id": None})
+    silent = TurnMatch(stale={"turn-1"})  # a reply that says nothing: any new turn's end
+    assert silent.end({"turn_id": "turn-5"}) and not silent.end({"turn_id": "turn-1"})

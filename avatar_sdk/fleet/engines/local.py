@@ -70,6 +70,35 @@ def _child(conn: Connection, assignment: WorkerAssignment, levels: dict[str, int
         conn.close()
 
 
+def send_batch(conn: Connection, items: list[Measurement]) -> bool:
+    """Send ``items`` as one ``("m", items)`` message; False when the driver is gone.
+
+    A batch that cannot be sent whole (an item that does not pickle: ``send`` pickles
+    before it writes, so nothing half-written reaches the pipe) is logged with the error's
+    type and sent item by item, so one bad item loses only itself."""
+    try:
+        conn.send(("m", items))
+        return True
+    except OSError:
+        return False
+    except Exception as exc:
+        log.warning(
+            "fleet worker: a batch of %d measurements cannot be sent (%s: %s): sending them"
+            " one by one", len(items), type(exc).__name__, exc,
+        )  # fmt: skip
+    for item in items:
+        try:
+            conn.send(("m", [item]))
+        except OSError:
+            return False
+        except Exception as exc:
+            log.error(
+                "fleet worker: measurement %r of session %s dropped (%s: %s)",
+                item.get("kind"), item.get("session"), type(exc).__name__, exc,
+            )  # fmt: skip
+    return True
+
+
 async def _child_main(conn: Connection, assignment: WorkerAssignment) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -88,9 +117,7 @@ async def _child_main(conn: Connection, assignment: WorkerAssignment) -> None:
     def flush() -> None:
         items = batch[:]
         batch.clear()
-        try:
-            conn.send(("m", items))
-        except OSError:
+        if not send_batch(conn, items):
             stop.set()  # the driver is gone: close the sessions
 
     def emit(item: Measurement) -> None:
