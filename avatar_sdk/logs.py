@@ -22,6 +22,10 @@
   errors twice and its levels are overridden). The SDK therefore hands them a logger
   object instead, :func:`warnings_only`: their per-packet INFO lines are dropped, their
   warnings and errors reach the application's configuration like any other record.
+* A child process the SDK starts (a fleet worker, a Ray actor, the staging process) copies
+  the parent's levels of :data:`MIRRORED_LOGGERS` (:func:`logger_levels`, then
+  :func:`set_logger_levels` in the child), so a CLI that quiets the stack's chatter quiets
+  it in every process. Levels only: handlers stay the child's own.
 * Other third-party loggers are left alone: ``aioice`` logs every ICE candidate-pair
   check at INFO, for any peer in the process (the SDK's or yours alike, so the SDK cannot
   tell them apart); silence it in your own configuration with
@@ -31,15 +35,19 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Final
 
 __all__ = [
     "MACHINE_NAME",
     "MACHINE_NOISE",
+    "MIRRORED_LOGGERS",
     "NOISY_LOGGERS",
     "MachineNoiseFilter",
     "WarningsOnly",
     "install",
+    "logger_levels",
+    "set_logger_levels",
     "warnings_only",
 ]
 
@@ -88,3 +96,19 @@ def warnings_only(name: str) -> WarningsOnly:
     ``AsyncClient(logger=warnings_only("socketio.client"),
     engineio_logger=warnings_only("engineio.client"))``."""
     return WarningsOnly(logging.getLogger(name), {})
+
+
+#: Loggers whose level a child process copies from its parent (the SDK's own and the
+#: stack under it: Socket.IO, WebRTC, HTTP).
+MIRRORED_LOGGERS: Final = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc", "aiohttp")
+
+
+def logger_levels() -> dict[str, int]:
+    """This process's levels of :data:`MIRRORED_LOGGERS`, to hand to a child (picklable)."""
+    return {name: logging.getLogger(name).level for name in MIRRORED_LOGGERS}
+
+
+def set_logger_levels(levels: Mapping[str, int]) -> None:
+    """In the child: the levels :func:`logger_levels` read in the parent."""
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)

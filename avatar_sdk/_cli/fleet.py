@@ -116,9 +116,9 @@ async def _run(opts: FleetOptions, screen: Screen) -> FleetReport:
     from ..fleet.measure import FleetStats  # noqa: PLC0415
     from ..fleet.plan import FleetPlan, SessionSpec  # noqa: PLC0415
     from ..fleet.runner import run_fleet  # noqa: PLC0415
-    from ..fleet.worker import load_scenario, resolve_ref  # noqa: PLC0415
+    from ..fleet.worker import load_scenario  # noqa: PLC0415
 
-    load_scenario(resolve_ref(opts.scenario))  # a bad scenario fails before anything starts
+    load_scenario(opts.scenario)  # a bad scenario fails before anything starts
     async with contextlib.AsyncExitStack() as stack:
         if opts.staging:
             from ..testing.process import StagingProcess  # noqa: PLC0415

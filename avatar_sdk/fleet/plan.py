@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import AUDIO_CODECS, AudioCodec
 from ..errors import AvatarError, ErrorCode
+from ..urls import check_url
 
 if TYPE_CHECKING:
     from ..config import SessionConfig
@@ -97,7 +98,19 @@ class SessionSpec:
         if self.audio_codec not in AUDIO_CODECS:
             rule = f"must be one of {', '.join(AUDIO_CODECS)}"
             raise _invalid("SessionSpec", "audio_codec", rule, self.audio_codec)
-        self.session_config()  # a bad field fails here, in the driver, not in N workers
+        if self.media and not _is_audio_source(self.audio):
+            rule = (
+                f"must be one of {', '.join(AUDIO_SOURCES)}, a URL or an existing file "
+                "(on a cluster, a file path must exist on the driver too)"
+            )
+            raise _invalid("SessionSpec", "audio", rule, self.audio)
+        # a bad field fails here, in the driver, not once per session in N workers
+        self.session_config()
+        insecure = self.allow_insecure_transport
+        for name in ("url", "genie_url", "control_url"):
+            value = getattr(self, name)
+            if value is not None:  # the URL is never echoed: it may carry a credential
+                check_url(value, allow_insecure=insecure, what=f"SessionSpec.{name}")
 
     def session_config(self) -> SessionConfig | None:
         """The ``SessionConfig`` these keyword arguments make (None: the defaults)."""
@@ -137,6 +150,9 @@ class FleetPlan:
     file (its ``scenario`` function) or a ``.yaml``/``.yml``/``.json`` script; a callable
     works too where the engine can carry it (inline always; local and Ray pickle it by
     reference). ``workers`` 0: one per CPU (the inline engine always uses one).
+    ``base_dir``: where a worker looks for a relative scenario path its own cwd lacks
+    (``run_fleet`` sets it to the driver's cwd; the reference itself is sent as given, so
+    a cluster node resolves it in its ``working_dir`` first).
     """
 
     scenario: str | Callable[..., Any]
@@ -148,6 +164,7 @@ class FleetPlan:
     workers: int = 0
     turn_timeout: float = 30.0
     greeting_timeout: float = 30.0
+    base_dir: str | None = None
 
     def __post_init__(self) -> None:
         owner = "FleetPlan"
@@ -170,6 +187,8 @@ class FleetPlan:
         for name in ("turn_timeout", "greeting_timeout"):
             if not _is_positive(getattr(self, name)):
                 raise _invalid(owner, name, "must be a finite number > 0", getattr(self, name))
+        if self.base_dir is not None and not (isinstance(self.base_dir, str) and self.base_dir):
+            raise _invalid(owner, "base_dir", "must be None or a directory path", self.base_dir)
 
     def with_(self, **changes: Any) -> FleetPlan:
         """A copy with some fields changed (validated again)."""
@@ -216,6 +235,12 @@ def assign(plan: FleetPlan, t0: float) -> list[WorkerAssignment]:
         WorkerAssignment(worker=w, plan=plan, sessions=tuple(range(w, plan.sessions, count)), t0=t0)
         for w in range(count)
     ]
+
+
+def _is_audio_source(audio: str) -> bool:
+    """A named source, a URL (``scheme://``, as ``file_source`` tells one: FFmpeg opens
+    it in the worker) or a file that exists."""
+    return audio in AUDIO_SOURCES or "://" in audio or os.path.isfile(audio)
 
 
 def _is_int(value: object) -> bool:

@@ -1,8 +1,10 @@
 """``run_fleet``: plan -> assignments -> an engine -> measurements -> a report.
 
-The driver side of a run. It checks the scenario reference before any worker starts (a
-typo fails once, here, not in N processes), writes every measurement as one JSON line,
-feeds :class:`FleetStats`, and returns a :class:`FleetReport`.
+The driver side of a run. It checks the scenario reference (and, for engines that pickle
+it, the plan) before any worker starts: a typo fails once, here, not in N processes. The
+reference goes to the workers as given, with the driver's cwd as a fallback for a relative
+path (a Ray node resolves it in its own ``working_dir`` first). It writes every
+measurement as one JSON line, feeds :class:`FleetStats`, and returns a :class:`FleetReport`.
 """
 
 from __future__ import annotations
@@ -10,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..errors import AvatarError, ErrorCode
 from .engines import Engine, get_engine
+from .engines.inline import InlineEngine
 from .measure import FleetStats, Measurement
 from .plan import FleetPlan, assign
-from .worker import load_scenario, resolve_ref
+from .worker import load_scenario
 
 __all__ = ["FleetReport", "run", "run_fleet"]
 
@@ -78,13 +84,16 @@ async def run_fleet(
     feed (a live display reads it meanwhile). Cancelling stops the workers (sessions close
     and are reported ``stopped``) and re-raises once they are gone.
     """
-    if isinstance(plan.scenario, str):
-        plan = plan.with_(scenario=resolve_ref(plan.scenario))
-    load_scenario(plan.scenario)  # AvatarError(INVALID_ARGUMENT) here, before any worker
+    if plan.base_dir is None:  # the reference goes out as given; this is the fallback
+        plan = plan.with_(base_dir=os.getcwd())
+    # AvatarError(INVALID_ARGUMENT) here, before any worker starts
+    load_scenario(plan.scenario, base_dir=plan.base_dir)
     name = _engine_name(engine)
-    if name == "inline":
-        plan = plan.with_(workers=1)
     runner = get_engine(engine) if isinstance(engine, str) else engine
+    if isinstance(runner, InlineEngine):
+        plan = plan.with_(workers=1)
+    else:
+        _check_picklable(plan)
     stats = stats if stats is not None else FleetStats()
     sink: IO[str] | None = None
     if jsonl is not None:
@@ -115,6 +124,20 @@ async def run_fleet(
         measurements=stats.measurements,
         jsonl=str(jsonl) if jsonl is not None else None,
     )
+
+
+def _check_picklable(plan: FleetPlan) -> None:
+    """An engine other than inline pickles the plan to its workers: a closure or a lambda
+    fails here, once, rather than as a raw pickling error or every session ``internal``."""
+    try:
+        pickle.dumps(plan)
+    except Exception as exc:  # PicklingError, AttributeError, TypeError: all the same here
+        why = f"{type(exc).__name__}: {exc}"
+        if callable(plan.scenario):
+            rule = "scenario must be a module-level function for the local and ray engines"
+        else:
+            rule = "the plan must be picklable for the local and ray engines"
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{rule} ({why})") from None
 
 
 def run(plan: FleetPlan, **options: Any) -> FleetReport:

@@ -55,13 +55,18 @@ def _split(ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
-def resolve_ref(ref: str) -> str:
-    """``ref`` with a relative file path made absolute (workers may run elsewhere in the
-    tree); a module reference is returned as is."""
+def resolve_ref(ref: str, base_dir: str | None = None) -> str:
+    """``ref`` with a relative file path made absolute where it is found: in this process's
+    cwd first (a Ray node's ``working_dir``), then in ``base_dir`` (the driver's cwd, which
+    ``run_fleet`` puts in the plan). A module reference, an absolute path or a file found
+    nowhere is returned as is (loading it then says what is missing)."""
     target, function = _split(ref)
     path = Path(target)
-    if target.endswith((".py", *SCRIPT_SUFFIXES)) and path.exists():
-        target = str(path.resolve())
+    if target.endswith((".py", *SCRIPT_SUFFIXES)) and not path.is_absolute():
+        for candidate in (path, *([Path(base_dir) / path] if base_dir else [])):
+            if candidate.exists():
+                target = str(candidate.resolve())
+                break
     return f"{target}:{function}" if function else target
 
 
@@ -79,22 +84,27 @@ def _import_file(path: Path, ref: str) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:  # its own bug: an error of the reference
+        del sys.modules[name]
+        raise _bad(ref, f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
     except BaseException:
         del sys.modules[name]
         raise
     return module
 
 
-def load_scenario(ref: str | Scenario) -> Scenario:
+def load_scenario(ref: str | Scenario, *, base_dir: str | None = None) -> Scenario:
     """The scenario function ``ref`` names: ``"pkg.module:function"``,
     ``"path/to/file.py:function"``, ``"path/to/file.py"`` (its ``scenario`` function), or a
     ``.yaml``/``.yml``/``.json`` script (:mod:`.script`). A callable is returned as is.
-    ``AvatarError(INVALID_ARGUMENT)`` says what is wrong with the reference."""
+    A relative path is looked for in the cwd, then in ``base_dir`` (:func:`resolve_ref`).
+    ``AvatarError(INVALID_ARGUMENT)`` says what is wrong with the reference, a module
+    that fails to import (a syntax error, an exception at import) included."""
     if callable(ref):
         return ref
     if not isinstance(ref, str) or not ref.strip():
         raise AvatarError(ErrorCode.INVALID_ARGUMENT, "scenario must be a non-empty string")
-    target, function = _split(ref.strip())
+    target, function = _split(resolve_ref(ref.strip(), base_dir))
     if target.endswith(SCRIPT_SUFFIXES):
         if function is not None:
             raise _bad(ref, "a script takes no ':function'")
@@ -109,8 +119,8 @@ def load_scenario(ref: str | Scenario) -> Scenario:
             raise _bad(ref, "expected 'pkg.module:function', a .py file or a .yaml/.json script")
         try:
             module = importlib.import_module(target)
-        except ImportError as exc:
-            raise _bad(ref, f"cannot import {target}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # not found, or broken at import
+            raise _bad(ref, f"cannot import {target}: {type(exc).__name__}: {exc}") from exc
     found = getattr(module, function, None)
     if not callable(found):
         raise _bad(ref, f"no function {function!r} in it")
@@ -317,7 +327,7 @@ async def run_worker(
     yet closes promptly and is reported ``failed`` with code ``stopped``."""
     stop = stop or asyncio.Event()
     try:
-        scenario = load_scenario(assignment.plan.scenario)
+        scenario = load_scenario(assignment.plan.scenario, base_dir=assignment.plan.base_dir)
     except AvatarError as exc:
         code, worker = str(exc.code), assignment.worker
         for index in assignment.sessions:

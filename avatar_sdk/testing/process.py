@@ -19,21 +19,18 @@ from typing import Any
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
+from ..logs import logger_levels, set_logger_levels
 from .control import CONTROL_PREFIX
 
 __all__ = ["StagingProcess"]
 
 log = logging.getLogger(__name__)
 
-#: Loggers the child copies its level from the parent for (the CLI quiets this chatter).
-_MIRRORED_LOGGERS = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc", "aiohttp")
-
 
 def _serve(conn: Connection, options: dict[str, Any], levels: dict[str, int]) -> None:
     """Child entry point: serve until the parent says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
+    set_logger_levels(levels)  # the parent's: the CLI quiets this chatter
     try:
         asyncio.run(_serve_async(conn, options))
     finally:
@@ -100,7 +97,7 @@ class StagingProcess:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
         self._conn = parent
-        levels = {name: logging.getLogger(name).level for name in _MIRRORED_LOGGERS}
+        levels = logger_levels()
         self._process = context.Process(
             target=_serve, args=(child, self.options, levels), name="avatar-staging", daemon=True
         )

@@ -36,13 +36,16 @@ from aiortc.sdp import candidate_from_sdp
 from ..errors import AvatarError, ErrorCode
 from ..media.devices import classify_device_error
 from ..media.opus import (
+    FRAME_SAMPLES,
     OPUS_SILENCE,
+    SAMPLE_RATE,
     VOICE_BITRATE,
     VoiceEncoder,
     opus_packet_samples,
     opus_silence,
     packet_samples,
 )
+from ..media.opus import TIME_BASE as _TIME_BASE
 from .ice import apply_answer, close_peer, set_local_description
 
 __all__ = [
@@ -56,10 +59,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-SAMPLE_RATE = 48_000
-FRAME_SAMPLES = 960  # 20 ms
-_TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
 
 SourceErrorSink = Callable[[ErrorCode, BaseException], None]
 

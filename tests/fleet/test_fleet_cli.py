@@ -58,3 +58,13 @@ def test_fleet_usage_errors_exit_2(tmp_path: Path) -> None:
     unknown_step = runner.invoke(main, ["fleet", str(bad), "--staging", "--engine", "inline"])
     assert unknown_step.exit_code == 2
     assert "bad.yaml: steps[0]" in unknown_step.output
+
+
+def test_a_scenario_that_fails_to_import_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('boom at import')\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["fleet", str(broken), "--staging", "--engine", "inline"])
+
+    assert result.exit_code == 2, result.output
+    assert "RuntimeError: boom at import" in result.output
+    assert "Traceback" not in result.output

@@ -4,13 +4,18 @@ measurements in the JSONL, failures classified, a killed worker, a cancelled run
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from avatar_sdk.fleet import FleetPlan, run_fleet
+from avatar_sdk.fleet import FleetPlan, SessionSpec, run_fleet
 from avatar_sdk.fleet.engines.local import LocalEngine
+from avatar_sdk.fleet.plan import WorkerAssignment
+from avatar_sdk.fleet.worker import Emit, run_worker
 from avatar_sdk.testing import StagingServer
 
 from .conftest import by_kind, read_jsonl, spec_for
@@ -124,3 +129,51 @@ async def test_a_cancelled_local_run_stops_and_joins_its_workers(staging: Stagin
     assert sorted(m["session"] for m in finished) == [0, 1, 2, 3]
     assert {m["code"] for m in finished} == {"stopped"}  # closed on the stop, not killed
     assert len(staging.completed_threads) == 4
+
+
+async def test_a_worker_not_ready_in_time_has_its_sessions_failed_start_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``start_timeout=0``: no spawned worker can be ready in time, whatever the machine."""
+    seen: list[dict[str, Any]] = []
+    spec = SessionSpec("http://127.0.0.1:9", "tok-secret", allow_insecure_transport=True)
+    plan = FleetPlan(f"{SCENARIOS}:one_turn", spec, sessions=3, workers=2)
+    engine = LocalEngine(start_timeout=0.0)
+    with caplog.at_level(logging.WARNING, logger="avatar_sdk.fleet"):
+        report = await asyncio.wait_for(
+            run_fleet(plan, engine=engine, on_measurement=seen.append), 40
+        )
+
+    finished = by_kind(seen, "session_finished")
+    assert sorted(m["session"] for m in finished) == [0, 1, 2]
+    assert {m["code"] for m in finished} == {"start_timeout"}
+    assert report.stats["failures"] == {"start_timeout": 3}
+    assert by_kind(seen, "session_started") == []
+    assert "not ready within 0s" in caplog.text and "start_timeout" in caplog.text
+    assert engine.processes == []
+
+
+async def test_a_worker_elsewhere_finds_a_relative_scenario_in_the_driver_dir(
+    staging: StagingServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose cwd lacks the file (a node's working_dir) loads the driver's copy."""
+    driver, node = tmp_path / "driver", tmp_path / "node"
+    (driver / "examples").mkdir(parents=True)
+    node.mkdir()
+    scenario = "async def scenario(session, ctx):\n    await ctx.turn('Hello!')\n"
+    (driver / "examples" / "talk.py").write_text(scenario, encoding="utf-8")
+    seen_refs: list[str] = []
+
+    class ElsewhereEngine:
+        async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
+            os.chdir(node)  # restored by monkeypatch
+            for assignment in assignments:
+                seen_refs.append(str(assignment.plan.scenario))
+                await run_worker(assignment, emit)
+
+    monkeypatch.chdir(driver)
+    plan = FleetPlan("examples/talk.py", spec_for(staging), sessions=2, rate=50.0, workers=1)
+    report = await run_fleet(plan, engine=ElsewhereEngine())
+
+    assert seen_refs == ["examples/talk.py"]
+    assert report.ok and report.stats["turns"] == {"ok": 2, "failed": 0}

@@ -1,6 +1,7 @@
 """Which sessions of one worker are still unfinished, so an engine that loses the worker
 (a process that died, a Ray actor that was killed) reports each of them ``failed`` with code
-``internal``: every session of a fleet ends with exactly one ``session_finished``."""
+``internal`` (or the code it gives, e.g. ``start_timeout`` for a worker that never came up):
+every session of a fleet ends with exactly one ``session_finished``."""
 
 from __future__ import annotations
 
@@ -35,26 +36,24 @@ class SessionLedger:
         elif kind == "session_finished":
             self.pending.discard(session)
 
-    def lost(self, detail: str) -> list[Measurement]:
-        """The worker is gone: an ``error`` and a failed ``session_finished`` for each
-        session it never reported finished (then none are pending)."""
+    def lost(self, detail: str, *, code: str = "internal") -> list[Measurement]:
+        """The worker is gone: an ``error`` and a failed ``session_finished`` with ``code``
+        for each session it never reported finished (then none are pending)."""
         if not self.pending:
             return []
         log.error(
-            "fleet worker %d lost (%s) with %d session(s) unfinished",
-            self.worker, detail, len(self.pending),
+            "fleet worker %d lost (%s) with %d session(s) unfinished: reported %s",
+            self.worker, detail, len(self.pending), code,
         )  # fmt: skip
         now = time.monotonic()
         items: list[Measurement] = []
         for session in sorted(self.pending):
             seconds = now - self._started.get(session, now)
-            items.append(
-                measurement("error", session, self.worker, code="internal", recoverable=False)
-            )
+            items.append(measurement("error", session, self.worker, code=code, recoverable=False))
             items.append(
                 measurement(
                     "session_finished", session, self.worker,
-                    status="failed", code="internal", seconds=seconds, detail=detail,
+                    status="failed", code=code, seconds=seconds, detail=detail,
                 )
             )  # fmt: skip
         self.pending.clear()

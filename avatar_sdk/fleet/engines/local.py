@@ -13,10 +13,12 @@ The driver's loop never blocks on a pipe: one reader thread waits on all of them
 (``multiprocessing.connection.wait``) and hands each message to the loop with
 ``call_soon_threadsafe``. The ramp starts when every worker is ready (a spawned interpreter
 takes a second or more to import the WebRTC stack), so early sessions are not started late
-in a burst. A worker whose pipe closes before it reported all its sessions died: they are
-reported ``failed`` with code ``internal``. Every process is joined, or terminated then
-joined, on every way out of :meth:`LocalEngine.run`, cancellation included; workers ignore
-SIGINT (a terminal's Ctrl-C reaches the whole process group) and stop when the driver says.
+in a burst; a worker not ready within ``start_timeout`` is told to stop and its sessions
+are reported ``failed`` with code ``start_timeout``. A worker whose pipe closes before it
+reported all its sessions died: they are reported ``failed`` with code ``internal``. Every
+process is joined, or terminated then joined, on every way out of :meth:`LocalEngine.run`,
+cancellation included; workers ignore SIGINT (a terminal's Ctrl-C reaches the whole
+process group) and stop when the driver says.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...besteffort import best_effort
+from ...logs import logger_levels, set_logger_levels
 from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -43,18 +46,17 @@ __all__ = ["LocalEngine"]
 log = logging.getLogger(__name__)
 
 _EOF = ("eof",)
+#: The failure code of the sessions of a worker not ready within ``start_timeout``.
+START_TIMEOUT = "start_timeout"
 #: (worker number, message) as the reader thread hands them to the loop.
 _Inbox = asyncio.Queue[tuple[int, tuple[Any, ...]]]
-#: Loggers whose level the workers copy from the driver (the CLI quiets the stack's chatter).
-_MIRRORED_LOGGERS = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc")
 
 
 # -- the worker process -------------------------------------------------------------------------
 def _child(conn: Connection, assignment: WorkerAssignment, levels: dict[str, int]) -> None:
     """Worker-process entry point."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
+    set_logger_levels(levels)  # the driver's: the CLI quiets the stack's chatter
     try:
         import avatar_sdk.session  # noqa: F401, PLC0415 - the stack loads before the ramp
 
@@ -177,7 +179,8 @@ class LocalEngine:
     """Worker processes on this machine (``multiprocessing`` ``spawn`` context).
 
     ``start_timeout``: how long workers may take to become ready (imports) before the ramp
-    starts without the late ones; ``stop_grace``: after a stop (cancellation), how long
+    starts without the late ones (their sessions fail with code ``start_timeout``);
+    ``stop_grace``: after a stop (cancellation), how long
     workers get to close their sessions before they are terminated.
     """
 
@@ -190,7 +193,7 @@ class LocalEngine:
         loop = asyncio.get_running_loop()
         context = multiprocessing.get_context("spawn")
         inbox: _Inbox = asyncio.Queue()
-        levels = {name: logging.getLogger(name).level for name in _MIRRORED_LOGGERS}
+        levels = logger_levels()
         workers: dict[int, _Worker] = {}
         reader: threading.Thread | None = None
         try:
@@ -229,11 +232,7 @@ class LocalEngine:
         while not all(w.ready or w.gone for w in workers.values()):
             left = deadline - time.monotonic()
             if left <= 0:
-                late = sorted(n for n, w in workers.items() if not (w.ready or w.gone))
-                log.warning(
-                    "fleet workers %s not ready in %gs: starting without them",
-                    late, self.start_timeout,
-                )  # fmt: skip
+                self._give_up_on_late(workers, emit)
                 break
             try:
                 self._handle(workers, *(await _next(inbox, left)), emit)
@@ -242,6 +241,21 @@ class LocalEngine:
         t0 = time.time()
         for worker in workers.values():
             worker.send(("go", t0) if worker.ready else ("stop",))
+
+    def _give_up_on_late(self, workers: dict[int, _Worker], emit: Emit) -> None:
+        """Workers still importing at ``start_timeout``: told to stop (next), their sessions
+        reported ``failed`` with code ``start_timeout`` now, not as a lost worker later."""
+        late = [w for w in workers.values() if not (w.ready or w.gone)]
+        log.warning(
+            "fleet workers %s not ready within %gs (start_timeout): starting without them, "
+            "their %d session(s) fail with code start_timeout",
+            [w.number for w in late], self.start_timeout,
+            sum(len(w.ledger.pending) for w in late),
+        )  # fmt: skip
+        detail = f"not ready within {self.start_timeout:g}s (start_timeout)"
+        for worker in late:
+            for item in worker.ledger.lost(detail, code=START_TIMEOUT):
+                emit(item)
 
     def _handle(
         self, workers: dict[int, _Worker], number: int, message: tuple[Any, ...], emit: Emit

@@ -31,6 +31,7 @@ from ray.exceptions import RayError
 
 from ...besteffort import best_effort
 from ...errors import AvatarError, ErrorCode
+from ...logs import logger_levels, set_logger_levels
 from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -40,16 +41,12 @@ __all__ = ["RayEngine"]
 
 log = logging.getLogger(__name__)
 
-#: Loggers whose level the actors copy from the driver (the CLI quiets the stack's chatter).
-_MIRRORED_LOGGERS = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc")
-
 
 class FleetActor:
     """The actor body (made remote by :class:`RayEngine`): one worker's sessions."""
 
     def __init__(self, levels: Mapping[str, int]) -> None:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
+        set_logger_levels(levels)  # the driver's: the CLI quiets the stack's chatter
         self._batch: list[Measurement] = []
         self._arrived = asyncio.Event()
         self._stop = asyncio.Event()
@@ -154,7 +151,7 @@ class RayEngine:
         return connection
 
     async def _run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
-        levels = {name: logging.getLogger(name).level for name in _MIRRORED_LOGGERS}
+        levels = logger_levels()
         remote = ray.remote(FleetActor).options(num_cpus=self.num_cpus, max_concurrency=64)
         lanes: list[_Lane] = []
         try:  # created inside: an actor that cannot be created still has the others killed
