@@ -180,3 +180,18 @@ async def test_an_unreachable_ray_address_fails_classified_in_bounded_time() -> 
             await child.wait()
     assert out.decode().strip() == "unreachable", err.decode()[-2000:]
     assert b"tok-secret" not in out + err
+
+
+async def test_ray_actors_not_up_in_time_fail_their_sessions_start_timeout(
+    staging: StagingServer,
+) -> None:
+    """No actor can be up within 0 s: every session fails with its own code, and the
+    actors are killed (the run returns)."""
+    plan = FleetPlan(f"{SCENARIOS}:one_turn", spec_for(staging), sessions=2, workers=2)
+    engine = ray_engine(start_timeout=0)
+    report = await asyncio.wait_for(run_fleet(plan, engine=engine), 90)
+
+    assert (report.finished, report.failed) == (2, 2)
+    assert report.stats["failures"] == {"start_timeout": 2}
+    assert not staging.completed_threads  # no session ever connected
+    assert not ray.is_initialized()

@@ -171,7 +171,7 @@ class RayEngine:
             asyncio.ensure_future(lane.wait_ready()): lane for lane in lanes
         }
         for task in await _settle_within(waits, self.start_timeout):
-            waits[task].lose(f"ray actor not up in {self.start_timeout:g}s")
+            waits[task].lose(f"ray actor not up in {self.start_timeout:g}s", code="start_timeout")
         t0 = time.time()
         for lane in lanes:
             if not lane.finished:
@@ -351,10 +351,10 @@ class _Lane:
             log.error("%s failed: %s", self.name, type(exc).__name__)
         self.lose("ray worker returned with sessions unfinished")
 
-    def lose(self, detail: str) -> None:
+    def lose(self, detail: str, *, code: str = "internal") -> None:
         """No more measurements will come: report the unfinished sessions failed."""
         self.finished = True
-        for item in self._ledger.lost(detail):
+        for item in self._ledger.lost(detail, code=code):
             self._emit(item)
 
     def kill(self) -> None:
