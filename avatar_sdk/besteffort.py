@@ -12,7 +12,9 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_log = logging.getLogger("avatar_sdk")
+from .logs import sdk_logger
+
+_log = sdk_logger("avatar_sdk")
 
 
 @contextmanager

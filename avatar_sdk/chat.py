@@ -13,7 +13,6 @@ The converse wire (NDJSON framing, request bodies) is in :mod:`avatar_sdk.conver
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import ssl as ssl_module
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from .errors import AvatarError, ErrorCode
 from .events import EventSource
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards, ToolHandler
 from .lifecycle import CompletionSignal, default_hooks
+from .logs import sdk_logger
 from .redact import register_secret
 from .transport.genie import CONVERSE_PATH, GenieClient
 from .transport.tls import client_context, connector, tls_error, unreachable_error
@@ -58,7 +58,7 @@ __all__ = [
     "parse_converse_line",
 ]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ are in, and releases in one order: waiters, tasks, link, guards, tracks, lifecyc
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from .events import EventBus
 from .guards import ConversationGuards
 from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
+from .logs import sdk_logger
 from .machine import SessionMachine
 from .outcome import LinkSlot
 from .supervisor import Supervisor
@@ -27,7 +27,7 @@ from .transport.asr import UplinkTrack
 from .transport.genie import GenieClient
 from .transport.stv import FanoutTrack
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 #: What an ``ended`` event without an error code says to a person.
 _ENDED_MESSAGES = {

@@ -7,7 +7,6 @@ subscription exists from the moment its method is called. Used by :mod:`avatar_s
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import weakref
 from collections import deque
@@ -17,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import AvatarError, ErrorCode
 from .event_types import EventName
+from .logs import sdk_logger
 
 if TYPE_CHECKING:
     from .events import EventBus
 
-log = logging.getLogger("avatar_sdk.events")
+log = sdk_logger("avatar_sdk.events")
 
 #: The name of the notice a stream yields in place of the events it had to drop.
 EVENTS_DROPPED = str(EventName.EVENTS_DROPPED)

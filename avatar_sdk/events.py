@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import difflib
 import inspect
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar, overload
 
 from .errors import AvatarError, ErrorCode
 from .event_types import EventName
+from .logs import sdk_logger
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 __all__ = [
     "DEFAULT_QUEUE_CAP",

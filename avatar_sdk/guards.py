@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -19,6 +18,7 @@ from typing import Any, Final
 from .clock import SYSTEM_CLOCK, Clock, sleep_or
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
+from .logs import sdk_logger
 from .recovery import PendingResponse, SpiralBreaker, StallWatchdog
 from .tools import ArgsSchema, PendingAcks, ToolTracker
 from .transport.genie import GenieClient
@@ -38,7 +38,7 @@ from .wire import (
     parse_tool_response_name,
 )
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: Prepended (not substituted) to the abandoned turn when it is resent after a spiral.
 SPIRAL_RECOVERY_PREFIX: Final = "Please answer in words only this turn, without calling any tool. "

@@ -10,7 +10,6 @@ task. Nothing here may raise into the socket's read loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from .errors import AvatarError, Category, ErrorCode
 from .guards import ConversationGuards
 from .lifecycle import CompletionSignal, IdleTimer
 from .link import ServerLink
+from .logs import sdk_logger
 from .machine import SessionMachine, decide_disconnect
 from .outcome import LinkSlot
 from .router import route
@@ -31,7 +31,7 @@ from .turn_desk import TurnDesk
 from .user_state import UserState
 from .wire import InboundEvent
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 

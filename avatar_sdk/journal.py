@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import logging
 import threading
 import time
 import weakref
@@ -21,9 +20,10 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from .events import Event
+from .logs import sdk_logger
 from .redact import scrub
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: Events worth a line. Conversation content (agent_text, captions, transcriptions) is
 #: deliberately absent: a journal is an operations record, not a transcript.

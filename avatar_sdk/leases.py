@@ -24,7 +24,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import logging
 import os
 import queue
 import secrets
@@ -39,10 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
+from .logs import sdk_logger
+
 if sys.platform != "win32":
     import fcntl
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 T = TypeVar("T")
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -46,9 +45,10 @@ from .leases import (
     default_lease_dir,
     default_leases,
 )
+from .logs import sdk_logger
 from .transport.genie import GenieClient, GenieOutcome
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 __all__ = [
     "LEASE_DIR_ENV",

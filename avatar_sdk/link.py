@@ -11,7 +11,6 @@ recognisable by its link and ignored.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from .connector import (
     wait_step,
 )
 from .errors import AvatarError, ErrorCode
+from .logs import sdk_logger
 from .transport.asr import UplinkTrack
 from .transport.control import ControlChannel
 from .transport.ice import TurnConfig
@@ -49,7 +49,7 @@ from .wire import (
     parse_event,
 )
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: Events whose meaning is their name alone (a server verdict, the conversation's end): one
 #: whose payload could not be decoded still takes effect, with an empty payload.

@@ -1,7 +1,8 @@
 """The SDK's logging policy: it logs, it never configures.
 
-* Every module logs to a logger under ``avatar_sdk`` (``logging.getLogger(__name__)``);
-  the SDK adds no handler (not even a ``NullHandler``: with no configuration at all,
+* Every module logs to a logger under ``avatar_sdk`` (:func:`sdk_logger`, which gives
+  each one the secret-redacting filter: a filter on a parent does not see its children's
+  records); the SDK adds no handler (not even a ``NullHandler``: with no configuration at all,
   Python's last-resort handler still shows its warnings and errors on stderr), sets no
   level and never calls ``basicConfig``. Where the records go is the application's choice.
 * The ``transitions`` library logs two or three INFO lines for every state change of every
@@ -38,6 +39,8 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
+from .redact import REDACTING_FILTER
+
 __all__ = [
     "MACHINE_NAME",
     "MACHINE_NOISE",
@@ -47,6 +50,7 @@ __all__ = [
     "WarningsOnly",
     "install",
     "logger_levels",
+    "sdk_logger",
     "set_logger_levels",
     "warnings_only",
 ]
@@ -58,6 +62,21 @@ _PREFIX: Final = MACHINE_NAME + ": "
 
 #: The ``transitions`` loggers that log per-callback records.
 NOISY_LOGGERS: Final = ("transitions.core", "transitions.extensions.nesting")
+
+
+def sdk_logger(name: str) -> logging.Logger:
+    """The logger of an SDK module, scrubbing registered secrets from every record.
+
+    A logger's filters see only the records logged on that very logger, not its
+    children's, so a filter on ``avatar_sdk`` alone would let ``avatar_sdk.fleet.worker``
+    print a token: each module's logger carries :data:`~avatar_sdk.redact.REDACTING_FILTER`
+    itself. A filter is not configuration: levels, handlers and propagation stay the
+    application's, and with no secret registered it costs one check per record.
+    """
+    logger = logging.getLogger(name)
+    if REDACTING_FILTER not in logger.filters:
+        logger.addFilter(REDACTING_FILTER)
+    return logger
 
 
 class MachineNoiseFilter(logging.Filter):

@@ -21,7 +21,6 @@ hierarchical machine uses ``/`` because ``stv_session`` itself contains an under
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import random
 from collections.abc import Callable
@@ -33,10 +32,10 @@ from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from .config import SessionConfig
 from .errors import ErrorCode
-from .logs import MACHINE_NAME
+from .logs import MACHINE_NAME, sdk_logger
 from .transport.csr import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 CONNECT_STEPS: Final = (
     "socket",

@@ -10,7 +10,6 @@ tier through ``escalate``. Attempts are tenacity's, on the injected clock.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -21,12 +20,13 @@ from .clock import Clock, sleep_or
 from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .link import ServerLink
+from .logs import sdk_logger
 from .machine import SessionMachine
 from .outcome import LinkSlot, record_recovery
 from .transport.media import MediaLanes
 from .transport.quality import ByteMark, summarize
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 #: Media codes after which retrying in place is pointless (the server session is gone, or
 #: the socket under the signalling is down: the socket tier decides then).

@@ -74,7 +74,9 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-_FILTER: Final = RedactingFilter()
+#: The one filter instance: on every SDK module's logger (``logs.sdk_logger``) and, once a
+#: secret is registered, on the third-party loggers of :data:`GUARDED_LOGGERS`.
+REDACTING_FILTER: Final = RedactingFilter()
 
 
 def install_log_filter() -> None:
@@ -82,7 +84,7 @@ def install_log_filter() -> None:
     for name in GUARDED_LOGGERS:
         logger = logging.getLogger(name)
         if logger not in _installed:
-            logger.addFilter(_FILTER)
+            logger.addFilter(REDACTING_FILTER)
             _installed.add(logger)
 
 

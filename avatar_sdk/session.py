@@ -10,7 +10,6 @@ confirmed), the guards, lifecycle and endings. ``docs/architecture.md`` draws wh
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from .inbound import InboundHandler
 from .journal import Journal
 from .lifecycle import CompletionSignal, IdleTimer, default_hooks
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
+from .logs import sdk_logger
 from .machine import Health, SessionMachine
 from .outcome import LinkSlot, Outcome, new_stats, stats_snapshot
 from .redact import register_secret
@@ -44,7 +44,7 @@ from .urls import check_url
 from .user_state import UserState
 from .wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 __all__ = ["AvatarSession", "Health"]
 

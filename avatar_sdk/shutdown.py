@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
-import logging
 import signal
 import sys
 import threading
@@ -22,11 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .besteffort import best_effort
+from .logs import sdk_logger
 
 if TYPE_CHECKING:
     from .lifecycle import CompletionSignal
 
-log = logging.getLogger("avatar_sdk.lifecycle")
+log = sdk_logger("avatar_sdk.lifecycle")
 
 #: Guards the creation of the process-wide ShutdownHooks.
 _hooks_lock = threading.Lock()

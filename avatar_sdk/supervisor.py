@@ -10,11 +10,12 @@ with an exception is reported at once, to be turned into a classified session fa
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-log = logging.getLogger(__name__)
+from .logs import sdk_logger
+
+log = sdk_logger(__name__)
 
 FailureHandler = Callable[[str, BaseException], None]
 

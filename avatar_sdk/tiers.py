@@ -14,7 +14,6 @@ injected clock's sleep.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -30,6 +29,7 @@ from .config import RetryPolicy, SessionConfig
 from .connector import Deadline
 from .errors import AvatarError, Category, ErrorCode
 from .link import LinkBuilder, ServerLink
+from .logs import sdk_logger
 from .machine import (
     ClockJumpDetector,
     SessionMachine,
@@ -39,7 +39,7 @@ from .machine import (
 from .media_tier import MediaTier
 from .outcome import LinkSlot, Outcome, record_recovery
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 #: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
 #: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.

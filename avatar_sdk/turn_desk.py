@@ -15,7 +15,6 @@ held text joined into one turn as the reference client does.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -25,6 +24,7 @@ from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .guards import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from .lifecycle import IdleTimer
+from .logs import sdk_logger
 from .machine import SessionMachine
 from .turns import TurnGate, TurnLedger
 from .wire import (
@@ -41,7 +41,7 @@ from .wire import (
     clamp_text,
 )
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
 MAX_HELD_TURNS = 32

@@ -17,12 +17,12 @@ recovery this part re-asserts the user's state:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .errors import AvatarError
 from .link import ServerLink
+from .logs import sdk_logger
 from .machine import SessionMachine
 from .outcome import LinkSlot
 from .wire import (
@@ -34,7 +34,7 @@ from .wire import (
     build_empty,
 )
 
-log = logging.getLogger("avatar_sdk.session")
+log = sdk_logger("avatar_sdk.session")
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 

@@ -16,13 +16,13 @@ to the turn id of its answer.)
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from ..wire.segments import SPOKEN_TYPES
 from .measure import Measurement, measurement
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AudioProbe", "ScenarioContext", "TurnIds", "TurnMatch", "TurnResult", "is_spoken"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 Emit = Callable[[Measurement], None]
 

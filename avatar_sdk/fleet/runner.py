@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import pickle
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from .engines import Engine, get_engine
 from .engines.inline import InlineEngine
 from .measure import FleetStats, Measurement
@@ -29,7 +29,7 @@ from .worker import load_scenario
 
 __all__ = ["FleetReport", "run", "run_fleet"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import asyncio
 import importlib
 import importlib.util
 import itertools
-import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from .context import AudioProbe, ScenarioContext, TurnIds, sleep_unless
 from .measure import Measurement, measurement
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Emit", "Scenario", "classify", "load_scenario", "resolve_ref", "run_worker"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 Scenario = Callable[["AvatarSession", ScenarioContext], Awaitable[Any]]
 Emit = Callable[[Measurement], None]

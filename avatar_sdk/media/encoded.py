@@ -20,7 +20,6 @@ them too; the SDK's uplink restamps them on its own timeline.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
 from .fileopen import check_local_file, display, open_error
 from .opus import (
@@ -45,7 +45,7 @@ from .opus import (
 
 __all__ = ["EncodedSilenceSource", "EncodedToneSource", "OpusFileSource", "opus_file_or_none"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: The same rule as the PCM sources': this far behind the schedule, re-anchor (seconds).
 _MAX_LAG: Final = 0.2

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import os
 from collections import deque
@@ -32,6 +31,7 @@ from av.packet import Packet
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from .devices import describe
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
     "record_avatar",
 ]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 class FrameIterator:

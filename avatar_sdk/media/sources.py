@@ -19,7 +19,6 @@ import contextlib
 import fractions
 import functools
 import importlib
-import logging
 import math
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
 from .files import file_source
 from .normalize import Normalizer
@@ -49,7 +49,7 @@ __all__ = [
     "file_source",
 ]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 SAMPLE_RATE: Final = 48_000
 FRAME_SAMPLES: Final = 960

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from aiortc import sdp as sdp_parser
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
+from ..logs import sdk_logger
 from ..transport.ice import close_ice_connection, guard_gathering, set_local_description
 from ..transport.loop_decode import decode_audio_on_loop
 from .rtc_util import (
@@ -37,7 +37,7 @@ from .synthetic import audio_rms
 if TYPE_CHECKING:
     from .media import StagingMedia
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..logs import sdk_logger
 from ..wire.names import In
 from .vad import UtteranceDetector
 
 if TYPE_CHECKING:
     from .server import StagingServer
 
-log = logging.getLogger("avatar_sdk.testing.server")
+log = sdk_logger("avatar_sdk.testing.server")
 
 
 @dataclass

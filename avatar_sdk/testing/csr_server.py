@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,10 +28,10 @@ from typing import Any
 import socketio
 from socketio import packet as sio_packet
 
-from ..logs import warnings_only
+from ..logs import sdk_logger, warnings_only
 from .silence import SilencedConnection
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 NS = "/"
 _RECOVERABLE = frozenset(

@@ -26,7 +26,6 @@ that is not pending recovery, a recovery window that expires) and on server stop
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import secrets
 import time
@@ -38,6 +37,7 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc import sdp as sdp_parser
 
+from ..logs import sdk_logger
 from ..transport.ice import set_local_description
 from ..wire.names import In, Out
 from .asr_peer import AsrPeer, AsrStats
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AsrPeer", "AsrStats", "IcePath", "StagingMedia", "WhepViewer", "strip_candidates"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 @dataclass

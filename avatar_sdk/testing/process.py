@@ -10,7 +10,6 @@ included) stops the child and joins it, terminating it if it does not stop in ti
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import signal
 from multiprocessing.connection import Connection
@@ -19,12 +18,12 @@ from typing import Any
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
-from ..logs import logger_levels, set_logger_levels
+from ..logs import logger_levels, sdk_logger, set_logger_levels
 from .control import CONTROL_PREFIX
 
 __all__ = ["StagingProcess"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 def _serve(conn: Connection, options: dict[str, Any], levels: dict[str, int]) -> None:

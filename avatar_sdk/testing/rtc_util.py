@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import av
 from aiortc import RTCConfiguration
 
+from ..logs import sdk_logger
 from ..transport.ice import close_peer
 
 if TYPE_CHECKING:
     from .conversation import Conversation
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 CHANNELS = ("asr", "stv")
 ICE_FAILURE_MODES = ("close", "blackhole")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import secrets
 import ssl
 import time
@@ -26,6 +25,7 @@ import socketio
 from aiohttp import web
 
 from ..besteffort import best_effort
+from ..logs import sdk_logger
 from ..wire.names import In, Out
 from .brain import Brain
 from .control import control_routes
@@ -35,7 +35,7 @@ from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 class StagingServer:

@@ -16,10 +16,11 @@ so a test that clears the fault or stops the server leaks no socket.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
-log = logging.getLogger(__name__)
+from ..logs import sdk_logger
+
+log = sdk_logger(__name__)
 
 #: Transport methods replaced on the instance while silenced (the class keeps the originals).
 _SILENCED = ("write", "writelines", "write_eof", "close", "abort", "resume_reading")

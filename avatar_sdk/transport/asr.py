@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from ..media.devices import classify_device_error
 from ..media.opus import (
     FRAME_SAMPLES,
@@ -58,7 +58,7 @@ __all__ = [
     "opus_silence",
 ]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 SourceErrorSink = Callable[[ErrorCode, BaseException], None]
 

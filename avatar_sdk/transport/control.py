@@ -8,7 +8,6 @@ is off, and reconnects happen only when the session machine calls :meth:`reconne
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -22,12 +21,13 @@ import socketio
 from ..besteffort import best_effort
 from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from ..redact import register_secret
 from .csr import RecoveringAsyncClient, is_recoverable
 from .frame_guard import ProtocolErrorSink, guarded_websocket
 from .tls import connector, tls_error, unreachable_error
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 EventSink = Callable[[str, list[Any]], None]
 DisconnectSink = Callable[["ControlChannel", str], None]

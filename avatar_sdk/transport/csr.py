@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -52,7 +51,7 @@ import socketio
 from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
-from ..logs import warnings_only
+from ..logs import sdk_logger, warnings_only
 from .frame_guard import (
     UNKNOWN_EVENT,
     ProtocolErrorSink,
@@ -63,7 +62,7 @@ from .frame_guard import (
     sniff_event,
 )
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: How long an abort lets a live peer answer the websocket close before dropping the TCP
 #: connection (a dead peer never answers). Usually not spent at all: once its reader was

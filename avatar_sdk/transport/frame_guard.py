@@ -10,7 +10,6 @@ a message refused for being too big. Used by :mod:`avatar_sdk.transport.csr`.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
@@ -20,8 +19,9 @@ from engineio import packet as eio_packet
 from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
+from ..logs import sdk_logger
 
-log = logging.getLogger("avatar_sdk.transport.csr")
+log = sdk_logger("avatar_sdk.transport.csr")
 
 #: The event name a protocol error carries when the frame's event name cannot be read.
 UNKNOWN_EVENT = "<unknown>"

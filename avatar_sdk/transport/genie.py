@@ -5,17 +5,17 @@ it returns an outcome the caller turns into an event."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from ..logs import sdk_logger
 from ..redact import register_secret
 from .tls import connector, tls_failure
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 SESSION_COMPLETED_PATH = "/thread/session_completed"
 TOOL_RESPONSE_PATH = "/assistant/tool_response"

@@ -14,7 +14,6 @@ aiortc 1.16 / aioice 0.13 attributes: both are pinned exactly.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,8 +23,9 @@ from aiortc.rtcconfiguration import RTCBundlePolicy, RTCIceTransportPolicy
 
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: Attribute of a guarded aioice connection holding its gathering task.
 _GATHERING: Final = "_avatar_sdk_gathering"

@@ -25,7 +25,6 @@ look like 1.16's, and ``tests/integration/test_loop_codec.py`` fails if they mov
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 from typing import Any
 
@@ -33,9 +32,11 @@ import av
 from aiortc.codecs import get_decoder
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
+from ..logs import sdk_logger
+
 __all__ = ["LoopDecoder", "decode_audio_on_loop"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 _QUEUE = "_RTCRtpReceiver__decoder_queue"
 _THREAD = "_RTCRtpReceiver__decoder_thread"

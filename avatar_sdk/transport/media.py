@@ -8,7 +8,6 @@ received tracks) is passed in by the session.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from aiortc import RTCPeerConnection
 from ..besteffort import best_effort
 from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from ..recovery.cadence import ReportCadence
 from ..wire import (
     AsrAnswer,
@@ -37,7 +37,7 @@ from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
 from .stv import FanoutTrack, StvDownlink, whep_http_session
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: Reference gate constants (PROTOCOL.md §1.3): settle after the first frame, hard cap.
 GATE_SETTLE = 0.3

@@ -9,7 +9,6 @@ reading ``session.avatar_video`` keeps reading across re-subscribes.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 import time
 from collections import deque
@@ -21,12 +20,13 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
 from . import loop_decode
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
 from .tls import connector, tls_error
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 #: WHEP statuses and what they mean (PROTOCOL.md §1.3).
 _WHEP_HINTS = {

@@ -165,3 +165,36 @@ def test_a_socketio_client_given_warnings_only_configures_nothing() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{}"
+
+
+def test_every_sdk_logger_scrubs_a_registered_secret() -> None:
+    """A logger's filters do not run for its children's records, so a filter on
+    ``avatar_sdk`` alone would let ``avatar_sdk.fleet.worker`` print a token: every SDK
+    module's logger must scrub on its own."""
+    result = _run(
+        """
+        import importlib, io, pkgutil
+        import avatar_sdk
+        from avatar_sdk.redact import register_secret
+        for info in pkgutil.walk_packages(avatar_sdk.__path__, "avatar_sdk."):
+            if info.name != "avatar_sdk.testing.pytest_plugin":
+                importlib.import_module(info.name)
+        secret = "tok-" + "S3CRET" * 4
+        register_secret(secret)
+        sink = io.StringIO()
+        logging.getLogger().addHandler(logging.StreamHandler(sink))
+        names = sorted(
+            name for name, logger in logging.Logger.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger)
+            and (name == "avatar_sdk" or name.startswith("avatar_sdk."))
+        )
+        for name in names:
+            logging.getLogger(name).warning("%s says %s", name, secret)
+        text = sink.getvalue()
+        print(len(names), text.count("<redacted>"), text.count(secret))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    loggers, redacted, leaked = map(int, result.stdout.split())
+    assert loggers > 20  # every module's logger was looked at
+    assert (redacted, leaked) == (loggers, 0)

@@ -5,17 +5,17 @@ every session of a fleet ends with exactly one ``session_finished``."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from ...logs import sdk_logger
 from ..measure import Measurement, measurement
 from ..plan import WorkerAssignment
 
 __all__ = ["SessionLedger"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 class SessionLedger:

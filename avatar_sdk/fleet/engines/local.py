@@ -24,7 +24,6 @@ process group) and stop when the driver says.
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import signal
 import threading
@@ -35,7 +34,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...besteffort import best_effort
-from ...logs import logger_levels, set_logger_levels
+from ...logs import logger_levels, sdk_logger, set_logger_levels
 from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -43,7 +42,7 @@ from .ledger import SessionLedger
 
 __all__ = ["LocalEngine"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 _EOF = ("eof",)
 #: The failure code of the sessions of a worker not ready within ``start_timeout``.

@@ -18,7 +18,6 @@ nodes, ships the scenario's code (``runtime_env``) and reports dead workers.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import os
 import threading
@@ -31,7 +30,7 @@ from ray.exceptions import RayError
 
 from ...besteffort import best_effort
 from ...errors import AvatarError, ErrorCode
-from ...logs import logger_levels, set_logger_levels
+from ...logs import logger_levels, sdk_logger, set_logger_levels
 from ..measure import Measurement
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -39,7 +38,7 @@ from .ledger import SessionLedger
 
 __all__ = ["RayEngine"]
 
-log = logging.getLogger(__name__)
+log = sdk_logger(__name__)
 
 
 class FleetActor:
