@@ -133,7 +133,8 @@ class ServerLink:
         await self.channel.emit(event, payload)
 
     async def probe(self, timeout: float) -> bool:
-        """One ``checkAvailability`` round trip: is the server really reading this socket?"""
+        """One ``checkAvailability`` round trip: is the server really reading this socket?
+        False at once when the socket drops meanwhile (:meth:`socket_dropped`)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._probes.append(waiter)
         try:
@@ -147,6 +148,12 @@ class ServerLink:
             if waiter in self._probes:
                 self._probes.remove(waiter)
         return waiter.done() and not waiter.cancelled()
+
+    def socket_dropped(self) -> None:
+        """The socket dropped: probes still waiting will get no answer on it, say so now."""
+        for waiter in self._probes:
+            waiter.cancel()
+        self._probes.clear()
 
     async def close(self, timeout: float) -> None:
         """Release the socket, the peers and every waiter of this server session (bounded).
@@ -217,6 +224,7 @@ class LinkBuilder:
             link.receive(listener, name, args)
 
         def on_disconnect(_: ControlChannel, reason: str) -> None:
+            link.socket_dropped()
             listener.on_disconnect(link, reason)
 
         def on_protocol_error(name: str, detail: str, name_only: bool) -> None:

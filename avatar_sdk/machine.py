@@ -178,6 +178,16 @@ def decide_disconnect(state: str, reason: str) -> DisconnectDecision:
     return DisconnectDecision("ignore", reason)
 
 
+def decide_media_down(peer_state: str | None) -> str:
+    """What a dead media channel calls for: ``"recover"`` it in place at once, or
+    ``"check_socket"`` first. A peer *closed* by the far end is what a server does to every
+    peer when its conversation ends, which is also when it drops the socket for good (the
+    peers may close a few ms before the drop is noticed): a socket probe, cut short by the
+    drop, tells a lost server session (the socket tiers decide) from one dead peer. A stall
+    or an ICE failure is the path's, not the server's: no probe on that path."""
+    return "check_socket" if peer_state == "closed" else "recover"
+
+
 def capacity_delay(
     schedule: tuple[float, ...], attempt: int, rng: random.Random | None = None
 ) -> float:

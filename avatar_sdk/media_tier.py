@@ -5,6 +5,11 @@ Each channel is watched and recovered on its own: a busy or flapping uplink neve
 the downlink's detection or escalation (and vice versa). Silence counts only from when a
 channel was last usable. A channel that cannot be recovered in place escalates to the cold
 tier through ``escalate``. Attempts are tenacity's, on the injected clock.
+
+A peer closed by the far end is recovered only once ``socket_alive`` confirms the server
+session (``decide_media_down``): a server ending its conversation closes every peer, and
+the drop of its socket may be noticed a few ms later; recovering then would be work the
+cold tier throws away.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .config import SessionConfig
 from .errors import AvatarError, ErrorCode
 from .link import ServerLink
 from .logs import sdk_logger
-from .machine import SessionMachine
+from .machine import SessionMachine, decide_media_down
 from .outcome import LinkSlot, record_recovery
 from .transport.media import MediaLanes
 from .transport.quality import ByteMark, summarize
@@ -50,6 +55,7 @@ class MediaTier:
         emit: Callable[[str, dict[str, Any]], None],
         spawn: Spawn,
         escalate: Callable[[str], Awaitable[Any]],
+        socket_alive: Callable[[ServerLink], Awaitable[bool]],
         stats: dict[str, Any],
     ) -> None:
         self._machine = machine
@@ -59,6 +65,7 @@ class MediaTier:
         self._emit = emit
         self._spawn = spawn
         self._escalate = escalate
+        self._socket_alive = socket_alive
         self._stats = stats
         self._media_tasks: dict[str, asyncio.Task[Any]] = {}
 
@@ -98,7 +105,16 @@ class MediaTier:
                     # Never act on a stale reading: look at the peer's reports once more.
                     await lanes.poll_asr_reports()
                     why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
-                if why is not None:
+                if why is None:
+                    continue
+                peer = lanes.asr if channel == "asr" else lanes.stv
+                state = peer.pc.connectionState if peer is not None else None
+                if decide_media_down(state) == "check_socket":
+                    self._media_tasks[channel] = self._spawn(
+                        self._check_socket_first(link, lanes, channel, why),
+                        f"media-check-{channel}",
+                    )
+                else:
                     self._start_media_recovery(link, lanes, channel, why)
 
     async def _tick(self, lanes: MediaLanes | None) -> None:
@@ -109,6 +125,22 @@ class MediaTier:
             return
         await sleep_or(self._clock, MEDIA_TICK, lanes.peer_down)
         lanes.peer_down.clear()
+
+    async def _check_socket_first(
+        self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str
+    ) -> None:
+        """Recover ``channel`` only if the socket answers a probe; a probe cut short by a
+        drop (or unanswered: the socket is then dropped) leaves it to the socket tiers,
+        after which the channel is judged again."""
+        try:
+            alive = link is not None and await self._socket_alive(link)
+        finally:
+            if self._media_tasks.get(channel) is asyncio.current_task():
+                del self._media_tasks[channel]
+        if alive and link is self._slot.current and link is not None and lanes is link.lanes:
+            self._start_media_recovery(link, lanes, channel, why)
+        elif not alive:
+            log.info("%s; the control socket is down too: no media recovery", why)
 
     def _start_media_recovery(
         self, link: ServerLink | None, lanes: MediaLanes, channel: str, why: str

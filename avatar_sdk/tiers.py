@@ -95,7 +95,7 @@ class RecoveryController:
         self._stats = stats
         self.media = MediaTier(
             machine=machine, config=config, clock=clock, slot=slot, emit=emit, spawn=spawn,
-            escalate=self.recover_cold, stats=stats,
+            escalate=self.recover_cold, socket_alive=self.socket_alive, stats=stats,
         )  # fmt: skip
         self._cold_spent = 0
         self._stable_since: float | None = None
@@ -373,12 +373,19 @@ class RecoveryController:
                 continue
             if clock.monotonic() - link.channel.last_activity < cfg.socket_probe_interval:
                 continue
-            if not await link.probe(cfg.socket_probe_timeout) and link is self._slot.current:
-                log.info("control socket unresponsive; treating it as dropped")
-                self._stats["dead_socket_detections"] = (
-                    self._stats.get("dead_socket_detections", 0) + 1
-                )
-                await link.channel.drop("ping timeout")
+            await self.socket_alive(link)
+
+    async def socket_alive(self, link: ServerLink) -> bool:
+        """Probe ``link``'s socket. A probe left unanswered on a socket that still looks
+        open means a silently dead one: it is dropped, which hands it to the socket tier.
+        False as soon as the socket drops (its disconnect is then being handled)."""
+        if await link.probe(self._config.socket_probe_timeout):
+            return True
+        if link is self._slot.current and link.connected:
+            log.info("control socket unresponsive; treating it as dropped")
+            self._stats["dead_socket_detections"] = self._stats.get("dead_socket_detections", 0) + 1
+            await link.channel.drop("ping timeout")
+        return False
 
     def notify_network_change(self) -> None:
         """The host's network changed: probe the control socket at once."""
