@@ -44,11 +44,6 @@ log = sdk_logger("avatar_sdk.session")
 #: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
 #: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
 SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
-#: Media codes after which retrying in place is pointless (the server session is gone, or
-#: the socket under the signalling is down: the socket tier decides then).
-_MEDIA_FINAL = frozenset({ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CLOSED})
-#: How often the media watchdog looks at both channels, seconds.
-MEDIA_TICK = 0.1
 
 Emit = Callable[[str, dict[str, Any]], None]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
