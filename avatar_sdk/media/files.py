@@ -32,19 +32,16 @@ class _FileAudioTrack(MediaStreamTrack):
         self._normalizer = Normalizer()
 
     async def recv(self) -> av.AudioFrame:
-        while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            frame = self._normalizer.pop()
-            if frame is not None:
-                return frame
-            try:
-                got = await self._inner.recv()
-            except MediaStreamError:
-                self.stop()  # end of file: release the player now
-                raise
-            if isinstance(got, av.AudioFrame):
-                self._normalizer.push(got)
+        return await self._normalizer.next_frame(self, self._refill)
+
+    async def _refill(self) -> None:
+        try:
+            got = await self._inner.recv()
+        except MediaStreamError:
+            self.stop()  # end of file: release the player now
+            raise
+        if isinstance(got, av.AudioFrame):
+            self._normalizer.push(got)
 
     def stop(self) -> None:
         super().stop()

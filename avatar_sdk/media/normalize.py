@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from .opus import FRAME_SAMPLES, SAMPLE_RATE, TIME_BASE
 
@@ -32,3 +34,17 @@ class Normalizer:
         frame.time_base = TIME_BASE
         self._pts += frame.samples
         return frame
+
+    async def next_frame(
+        self, track: MediaStreamTrack, refill: Callable[[], Awaitable[None]]
+    ) -> av.AudioFrame:
+        """The next whole frame for ``track``'s ``recv``: ``refill`` (which pushes more of the
+        source's audio) is awaited until one is ready; ``MediaStreamError`` once ``track``
+        has stopped."""
+        while True:
+            if track.readyState != "live":
+                raise MediaStreamError
+            frame = self.pop()
+            if frame is not None:
+                return frame
+            await refill()

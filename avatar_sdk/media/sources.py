@@ -269,18 +269,14 @@ class MicrophoneSource(MediaStreamTrack):
         self.overflows = 0
 
     async def recv(self) -> av.AudioFrame:
-        while True:
-            if self.readyState != "live":
-                raise MediaStreamError
-            frame = self._normalizer.pop()
-            if frame is not None:
-                return frame
-            if self._stream is None:
-                self._open()
-            block = await self._next_block()
-            samples = len(block) // 2
-            self._normalizer.push(_s16_mono(block, self._in_pts, self.samplerate))
-            self._in_pts += samples
+        return await self._normalizer.next_frame(self, self._refill)
+
+    async def _refill(self) -> None:
+        if self._stream is None:
+            self._open()
+        block = await self._next_block()
+        self._normalizer.push(_s16_mono(block, self._in_pts, self.samplerate))
+        self._in_pts += len(block) // 2
 
     def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
