@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
@@ -46,3 +47,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def by_kind(items: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [m for m in items if m["kind"] == kind]
+
+
+class Collector:
+    """Keeps every measurement of a run and sets ``turns_seen`` once ``turns`` turn
+    measurements have arrived (a test then acts mid-run, e.g. cancels it)."""
+
+    def __init__(self, turns: int) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.turns_seen = asyncio.Event()
+        self._turns = turns
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.items.append(item)
+        if len(by_kind(self.items, "turn")) >= self._turns:
+            self.turns_seen.set()

@@ -18,7 +18,7 @@ from avatar_sdk.fleet.plan import WorkerAssignment
 from avatar_sdk.fleet.worker import Emit, run_worker
 from avatar_sdk.testing import StagingServer
 
-from .conftest import by_kind, read_jsonl, spec_for
+from .conftest import Collector, by_kind, read_jsonl, spec_for
 
 SCENARIOS = "tests.fleet.scenarios"
 
@@ -103,13 +103,8 @@ async def test_a_killed_worker_reports_its_sessions_failed(staging: StagingServe
 
 
 async def test_a_cancelled_local_run_stops_and_joins_its_workers(staging: StagingServer) -> None:
-    seen: list[dict[str, Any]] = []
-    all_talked = asyncio.Event()
-
-    def on_measurement(item: dict[str, Any]) -> None:
-        seen.append(item)
-        if len(by_kind(seen, "turn")) == 4:
-            all_talked.set()
+    watch = Collector(turns=4)
+    seen, all_talked, on_measurement = watch.items, watch.turns_seen, watch.add
 
     engine = LocalEngine(stop_grace=10.0)
     plan = FleetPlan(f"{SCENARIOS}:long_pause", spec_for(staging), sessions=4, rate=50.0, workers=2)

@@ -17,7 +17,7 @@ from avatar_sdk.fleet import FleetPlan, run_fleet
 from avatar_sdk.fleet.engines.ray import RayEngine
 from avatar_sdk.testing import StagingServer
 
-from .conftest import by_kind, read_jsonl, spec_for
+from .conftest import Collector, by_kind, read_jsonl, spec_for
 from .test_fleet_engines import check_clean_run
 
 #: By file path, as a user on one machine would: the actors import it from there.
@@ -71,13 +71,8 @@ async def test_a_dead_ray_actor_reports_its_sessions_failed(staging: StagingServ
 
 
 async def test_a_cancelled_ray_run_closes_its_sessions_and_actors(staging: StagingServer) -> None:
-    seen: list[dict[str, Any]] = []
-    all_talked = asyncio.Event()
-
-    def on_measurement(item: dict[str, Any]) -> None:
-        seen.append(item)
-        if len(by_kind(seen, "turn")) == 4:
-            all_talked.set()
+    watch = Collector(turns=4)
+    seen, all_talked, on_measurement = watch.items, watch.turns_seen, watch.add
 
     plan = FleetPlan(f"{SCENARIOS}:long_pause", spec_for(staging), sessions=4, rate=50.0, workers=2)
     run = asyncio.create_task(run_fleet(plan, engine=ray_engine(), on_measurement=on_measurement))
