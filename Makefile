@@ -22,7 +22,7 @@ $(NODE_STAMP): tests/interop/node/package.json
 	@touch $(NODE_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m avatar_sdk.cli demo
+	$(PY) -m avatar_sdk._cli demo
 
 test: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -q -m 'not slow' -n 4
@@ -46,7 +46,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks
 
 diagram: $(STAMP)
-	$(PY) -m avatar_sdk.cli diagram
+	$(PY) -m avatar_sdk._cli diagram
 
 clean:
 	rm -rf $(VENV) tests/interop/node/node_modules site

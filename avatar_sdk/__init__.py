@@ -14,13 +14,13 @@ from ._lazy import lazy_exports
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .chat import ChatReply, ChatSession, ConverseResult, converse_once
+    from .chat.session import ChatReply, ChatSession, ConverseResult, converse_once
     from .config import RetryPolicy, SessionConfig
     from .errors import AvatarError, Category, ErrorCode, Severity
-    from .event_types import EventName
-    from .events import Event
-    from .guards import SPIRAL_RECOVERY_PREFIX
-    from .session import AvatarSession, Health
+    from .events.bus import Event
+    from .events.names import EventName
+    from .guards.brain import SPIRAL_RECOVERY_PREFIX
+    from .session.facade import AvatarSession, Health
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "ConverseResult": ".chat",
     "ErrorCode": ".errors",
     "Event": ".events",
-    "EventName": ".event_types",
+    "EventName": ".events",
     "Health": ".session",
     "RetryPolicy": ".config",
     "SessionConfig": ".config",

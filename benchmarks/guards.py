@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from avatar_sdk import AvatarSession, SessionConfig
-from avatar_sdk.conversation import ConversationView
-from avatar_sdk.events import Event
-from avatar_sdk.guards import ConversationGuards
+from avatar_sdk.events.bus import Event
+from avatar_sdk.guards.brain import ConversationGuards
+from avatar_sdk.session.conversation import ConversationView
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.brain import Brain
 from avatar_sdk.wire import In, make_speech_id, parse_event

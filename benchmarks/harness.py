@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from avatar_sdk import AvatarSession
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 
 

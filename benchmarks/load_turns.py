@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 
 from avatar_sdk import AvatarSession
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 
 from .harness import describe_error
 from .load_cpu import sdk_control

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 
 from .harness import Stamp, new_session, wait_state

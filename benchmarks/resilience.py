@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avatar_sdk import AvatarSession, SessionConfig
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.media import GATE_SETTLE

@@ -30,8 +30,8 @@ import aiohttp
 from aiohttp import web
 
 from avatar_sdk import AvatarSession
-from avatar_sdk.conversation import ConversationView, PublicEvent
-from avatar_sdk.events import Event, EventBus
+from avatar_sdk.events.bus import Event, EventBus
+from avatar_sdk.session.conversation import ConversationView, PublicEvent
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In, InboundEvent, make_speech_id, parse_event
 

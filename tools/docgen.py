@@ -5,13 +5,13 @@ marker line ``<!-- generated: NAME -->`` gets the block :data:`GENERATORS` ``[NA
 builds, at build time. The sources:
 
 * ``events``: :class:`avatar_sdk.EventName`, grouped by the comments in its body, with
-  each payload ``TypedDict`` of :data:`avatar_sdk.event_types.PAYLOADS`: its docstring,
+  each payload ``TypedDict`` of :data:`avatar_sdk.events.names.PAYLOADS`: its docstring,
   its fields, their annotations and trailing comments;
 * ``errors`` / ``troubleshooting``: :data:`avatar_sdk.errors.CATALOGUE` and
   :data:`avatar_sdk.troubleshooting.ADVICE`;
 * ``config``: the fields of :class:`SessionConfig` and :class:`RetryPolicy`, their
   defaults and attribute docstrings;
-* ``state-diagram``: :func:`avatar_sdk.machine.mermaid`;
+* ``state-diagram``: :func:`avatar_sdk.session.machine.mermaid`;
 * ``changelog``: ``CHANGELOG.md``; ``benchmarks``: ``benchmarks/RESULTS.md`` and its chart.
 
 A missing docstring, an event without a payload type or a code without advice is a
@@ -36,8 +36,8 @@ from mkdocs.structure.files import File
 
 from avatar_sdk.config import RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE, ErrorCode
-from avatar_sdk.event_types import PAYLOADS, EventName
-from avatar_sdk.machine import mermaid
+from avatar_sdk.events.names import PAYLOADS, EventName
+from avatar_sdk.session.machine import mermaid
 from avatar_sdk.troubleshooting import ADVICE, Advice
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..config import SessionConfig
 from ..errors import AvatarError
-from ..events import Event
+from ..events.bus import Event
 from ..media import ToneSource
-from ..session import AvatarSession
+from ..session.facade import AvatarSession
 from ..testing import StagingServer
 from . import exits
 from .output import ConversationPrinter, Screen, seconds

@@ -303,8 +303,8 @@ def command(**params: Any) -> None:
     token in AVATAR_TOKEN or --token-file. Live progress, then a summary table. Exits 0
     when every session finished ok, 1 when any failed, 2 on a usage error, 130 on Ctrl-C.
     """  # fmt: skip
-    from ..cli import _read_token  # noqa: PLC0415 - one token rule for every command
     from ..config import SessionConfig  # noqa: PLC0415
+    from .main import _read_token  # noqa: PLC0415 - one token rule for every command
     from .options import OptionError, session_config  # noqa: PLC0415
 
     settings, token_file = params.pop("settings"), params.pop("token_file")

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from ..events import Event
+from ..events.bus import Event
 from ..wire.segments import SPOKEN_TYPES
 
 

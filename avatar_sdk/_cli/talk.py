@@ -23,9 +23,9 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from ..besteffort import best_effort
 from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
-from ..events import Event
-from ..leases import default_leases
-from ..session import AvatarSession
+from ..events.bus import Event
+from ..lifecycle.leases import default_leases
+from ..session.facade import AvatarSession
 from . import exits
 from .output import ConversationPrinter, JsonPrinter, Screen
 
@@ -347,7 +347,7 @@ class Talk:
 def _log() -> Any:
     import logging  # noqa: PLC0415
 
-    return logging.getLogger("avatar_sdk.cli")
+    return logging.getLogger("avatar_sdk._cli.main")
 
 
 def talk(opts: TalkOptions) -> int:

@@ -27,8 +27,8 @@ from ..wire.segments import SPOKEN_TYPES
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
-    from ..events import Event, Expectation
-    from ..session import AvatarSession
+    from ..events.bus import Event, Expectation
+    from ..session.facade import AvatarSession
     from .plan import SessionSpec
 
 __all__ = ["AudioProbe", "ScenarioContext", "TurnIds", "TurnMatch", "TurnResult", "is_spoken"]

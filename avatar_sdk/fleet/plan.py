@@ -21,7 +21,7 @@ from ..urls import check_url
 
 if TYPE_CHECKING:
     from ..config import SessionConfig
-    from ..session import AvatarSession
+    from ..session.facade import AvatarSession
 
 __all__ = [
     "AUDIO_SOURCES",
@@ -126,7 +126,7 @@ class SessionSpec:
     def build(self) -> AvatarSession:
         """A new, unconnected session (in the worker). The token is registered as a secret
         by ``AvatarSession`` itself, so no log record of this process shows it."""
-        from ..session import AvatarSession  # noqa: PLC0415 - the session stack loads here
+        from ..session.facade import AvatarSession  # noqa: PLC0415 - the session stack loads here
 
         return AvatarSession(
             self.url,

@@ -37,8 +37,8 @@ from ..errors import AvatarError, ErrorCode
 from .context import ScenarioContext
 
 if TYPE_CHECKING:
-    from ..events import Expectation
-    from ..session import AvatarSession
+    from ..events.bus import Expectation
+    from ..session.facade import AvatarSession
     from .worker import Scenario
 
 __all__ = ["SCHEMA", "load_script", "parse_script", "script_scenario"]
@@ -147,7 +147,7 @@ def parse_script(data: Any, *, source: str = "script") -> dict[str, Any]:
         else:
             message = error.message
         raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{source}: {_where(error)}: {message}")
-    from ..event_types import EventName  # noqa: PLC0415
+    from ..events.names import EventName  # noqa: PLC0415
 
     known = {str(n) for n in EventName}
     for index, step in enumerate(data["steps"]):

@@ -24,8 +24,8 @@ from .context import AudioProbe, ScenarioContext, TurnIds, sleep_unless
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
-    from ..events import Event
-    from ..session import AvatarSession
+    from ..events.bus import Event
+    from ..session.facade import AvatarSession
     from .plan import WorkerAssignment
 
 __all__ = ["Emit", "Scenario", "classify", "load_scenario", "resolve_ref", "run_worker"]

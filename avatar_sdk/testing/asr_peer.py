@@ -25,13 +25,7 @@ from aiortc.rtcicetransport import candidate_to_aioice
 from ..logs import sdk_logger
 from ..transport.ice import close_ice_connection, guard_gathering, set_local_description
 from ..transport.loop_decode import decode_audio_on_loop
-from .rtc_util import (
-    IcePath,
-    _blackhole,
-    _close_pc,
-    _ice_transports,
-    _rtc_configuration,
-)
+from .rtc_util import IcePath, _blackhole, _close_pc, _ice_transports, _rtc_configuration
 from .synthetic import audio_rms
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..events import Event, EventSource, EventStream
+    from ..events.bus import Event, EventSource, EventStream
 
 __all__ = ["EventSequence", "expect_events"]
 
@@ -42,7 +42,7 @@ def _matches(step: Step, event: Event) -> bool:
 class EventSequence:
     """The events ``steps`` in that order (others may come between), subscribed when made.
 
-    Await it for the matched :class:`~avatar_sdk.events.Event` list. It raises
+    Await it for the matched :class:`~avatar_sdk.events.bus.Event` list. It raises
     ``AssertionError`` naming the missing step and listing what the session did emit when
     ``timeout`` (seconds, counted from creation) passes or the session ends first.
     """

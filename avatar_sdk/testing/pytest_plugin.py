@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..session import AvatarSession
+    from ..session.facade import AvatarSession
     from .server import StagingServer
 
 try:
@@ -195,7 +195,7 @@ class _Sessions:
         (so the test's first ``speak`` is answered by its own turn, never the greeting's
         end); ``kwargs`` go to ``AvatarSession`` (defaults: ``media=False``,
         ``allow_insecure_transport=True``, the backend's genie URL)."""
-        from ..session import AvatarSession  # noqa: PLC0415 - lazy: the plugin stays cheap
+        from ..session.facade import AvatarSession  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         backend = staging or self.staging
         kwargs.setdefault("media", False)

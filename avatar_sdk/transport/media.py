@@ -20,7 +20,6 @@ from ..besteffort import best_effort
 from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..recovery.cadence import ReportCadence
 from ..wire import (
     AsrAnswer,
     AsrIceCandidate,
@@ -33,6 +32,7 @@ from ..wire import (
     build_stv_new_session,
 )
 from .asr import AsrUplink, UplinkTrack
+from .cadence import ReportCadence
 from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
 from .stv import FanoutTrack, StvDownlink, whep_http_session

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from avatar_sdk.cli import main
+from avatar_sdk._cli.main import main
 
 SCRIPT = """\
 steps:

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from avatar_sdk.lifecycle import CompletionSignal, ShutdownHooks, ThreadLeases
+from avatar_sdk.lifecycle.completion import CompletionSignal, ShutdownHooks, ThreadLeases
 from avatar_sdk.transport.genie import GenieClient
 
 #: Tracked completions stay referenced here until exit (as a live session would).

@@ -13,9 +13,14 @@ import pytest_asyncio
 from aiohttp import web
 
 from avatar_sdk import AvatarError, ErrorCode, SessionConfig
-from avatar_sdk.chat import MAX_LINE_BYTES, SPIRAL_RECOVERY_PREFIX, ChatSession, converse_once
+from avatar_sdk.chat.session import (
+    MAX_LINE_BYTES,
+    SPIRAL_RECOVERY_PREFIX,
+    ChatSession,
+    converse_once,
+)
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 
 from .conftest import until

@@ -27,8 +27,8 @@ from click.testing import CliRunner, Result
 from yarl import URL
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
-from avatar_sdk.cli import main
-from avatar_sdk.machine import mermaid
+from avatar_sdk._cli.main import main
+from avatar_sdk.session.machine import mermaid
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.control import BRAIN_SCRIPTS, fault_names
 
@@ -228,7 +228,7 @@ async def test_talk_7_thread_held_by_another_process(staging: StagingServer) -> 
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-c",
         "import sys\n"
-        "from avatar_sdk.leases import ThreadLeases\n"
+        "from avatar_sdk.lifecycle.leases import ThreadLeases\n"
         "lease = ThreadLeases().acquire('thr-held')\n"
         "print('held', flush=True)\n"
         "sys.stdin.read()\n",
@@ -255,7 +255,7 @@ async def test_talk_130_ctrl_c_completes_the_thread_within_close_timeout(
     staging: StagingServer,
 ) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "avatar_sdk.cli", *talk_args(staging, "--no-media"),
+        sys.executable, "-m", "avatar_sdk._cli", *talk_args(staging, "--no-media"),
         cwd=ROOT, env={**os.environ, "AVATAR_TOKEN": staging.token},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -319,7 +319,7 @@ async def test_talk_speaks_a_wav_and_records_the_avatar(
 async def test_demo_timeline_and_summary_without_media() -> None:
     """As ``make demo`` runs it (a process of its own: stderr shows what a user sees)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "avatar_sdk.cli", "demo", "--no-media", "--faults", "socket,cold",
+        sys.executable, "-m", "avatar_sdk._cli", "demo", "--no-media", "--faults", "socket,cold",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
@@ -348,7 +348,7 @@ async def test_demo_rejects_unknown_or_media_faults() -> None:
 # -- staging serve ---------------------------------------------------------------------------
 async def test_standalone_staging_serves_sessions_and_faults() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "avatar_sdk.cli", "staging", "serve", "--port", "0",
+        sys.executable, "-m", "avatar_sdk._cli", "staging", "serve", "--port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -395,7 +395,7 @@ async def test_standalone_staging_advertises_its_host_and_is_driven_over_http() 
     """``--advertise-host``: the URLs handed out (the WHEP URL) name that host; faults and
     brain scripts are driven over the HTTP control API, as a non-Python suite would."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "avatar_sdk.cli", "staging", "serve", "--port", "0",
+        sys.executable, "-m", "avatar_sdk._cli", "staging", "serve", "--port", "0",
         "--advertise-host", "localhost",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip

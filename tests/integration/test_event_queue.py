@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, EventName
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 
 from .conftest import SessionFactory

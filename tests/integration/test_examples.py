@@ -49,7 +49,7 @@ def test_fleet_scenario() -> None:
 
 def test_fleet_script_runs_with_the_cli() -> None:
     out = run(
-        "-m", "avatar_sdk.cli", "fleet", "examples/fleet_script.yaml", "--staging",
+        "-m", "avatar_sdk._cli", "fleet", "examples/fleet_script.yaml", "--staging",
         "-n", "2", "--rate", "10", "--engine", "inline",
     )  # fmt: skip
     assert "sessions ok / failed  2 / 0" in out

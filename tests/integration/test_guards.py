@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.guards import SPIRAL_RECOVERY_PREFIX
+from avatar_sdk.guards.brain import SPIRAL_RECOVERY_PREFIX
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In, build_barge_in_marker, build_text_entered
 

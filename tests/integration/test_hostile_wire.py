@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from avatar_sdk import AvatarError, ErrorCode
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from avatar_sdk.lifecycle import CompletionSignal, ThreadLeases
+from avatar_sdk.lifecycle.completion import CompletionSignal, ThreadLeases
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient
 

@@ -143,8 +143,8 @@ def test_importing_the_plugin_is_cheap() -> None:
     """An unrelated project's pytest run loads the plugin: no Socket.IO, WebRTC or staging."""
     code = (
         "import sys, avatar_sdk.testing.pytest_plugin\n"
-        "heavy = [m for m in ('socketio', 'aiortc', 'aiohttp', 'numpy', 'avatar_sdk.session',"
-        " 'avatar_sdk.testing.server') if m in sys.modules]\n"
+        "heavy = [m for m in ('socketio', 'aiortc', 'aiohttp', 'numpy',"
+        " 'avatar_sdk.session.facade', 'avatar_sdk.testing.server') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run(

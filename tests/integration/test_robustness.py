@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
-from avatar_sdk.connector import FATAL_EVENTS as FATAL
-from avatar_sdk.events import EventStream
+from avatar_sdk.events.bus import EventStream
+from avatar_sdk.session.handshake import FATAL_EVENTS as FATAL
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import INBOUND, In
 

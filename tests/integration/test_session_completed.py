@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from avatar_sdk import AvatarSession
-from avatar_sdk.lifecycle import default_hooks
+from avatar_sdk.lifecycle.completion import default_hooks
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In

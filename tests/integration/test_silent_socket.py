@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from avatar_sdk import AvatarSession
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 

@@ -38,7 +38,7 @@ PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6)
 
 async def _close_at_once(session: AvatarSession, caplog: pytest.LogCaptureFixture) -> None:
     """Close now; every task must stop at its cancellation, so close takes no time."""
-    caplog.set_level(logging.ERROR, logger="avatar_sdk.supervisor")
+    caplog.set_level(logging.ERROR, logger="avatar_sdk.session.supervisor")
     started = time.monotonic()
     await session.close()
     took = time.monotonic() - started

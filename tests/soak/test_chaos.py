@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from avatar_sdk import AvatarSession, SessionConfig
-from avatar_sdk.events import Event
+from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import Conversation, StagingServer
 from avatar_sdk.wire import SpeechId

@@ -31,7 +31,7 @@ import asyncio
 import pytest
 
 from avatar_sdk import AvatarSession, SessionConfig
-from avatar_sdk.events import Expectation
+from avatar_sdk.events.bus import Expectation
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 

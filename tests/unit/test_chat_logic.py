@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from avatar_sdk import AvatarError, ErrorCode
-from avatar_sdk.chat import (
+from avatar_sdk.chat.session import (
     SPIRAL_RECOVERY_PREFIX,
     ChatReply,
     ChatSession,
@@ -18,7 +18,7 @@ from avatar_sdk.chat import (
     converse_once,
     parse_converse_line,
 )
-from avatar_sdk.converse_wire import http_error
+from avatar_sdk.chat.wire import http_error
 from avatar_sdk.testing import Brain
 from avatar_sdk.wire import ProtocolError
 

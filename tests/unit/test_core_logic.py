@@ -10,8 +10,9 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE
-from avatar_sdk.events import EventBus, EventStream
-from avatar_sdk.machine import (
+from avatar_sdk.events.bus import EventBus, EventStream
+from avatar_sdk.redact import RedactingFilter, redact, register_secret
+from avatar_sdk.session.machine import (
     STEP_TIMEOUTS,
     ClockJumpDetector,
     InvalidTransition,
@@ -22,7 +23,6 @@ from avatar_sdk.machine import (
     mermaid,
     step_timeout,
 )
-from avatar_sdk.redact import RedactingFilter, redact, register_secret
 
 CONTRACT_STATES = {
     "idle", "connecting_socket", "connecting_joining", "connecting_stv_session",
@@ -59,7 +59,7 @@ def test_a_lenient_machine_logs_an_undeclared_transition_and_changes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     m = SessionMachine(strict=False)
-    with caplog.at_level(logging.ERROR, logger="avatar_sdk.machine"):
+    with caplog.at_level(logging.ERROR, logger="avatar_sdk.session.machine"):
         m.fire("recovered")
     assert m.state == "idle"
     assert "not declared" in caplog.text

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from avatar_sdk import ErrorCode, EventName, RetryPolicy, SessionConfig
-from avatar_sdk.event_types import PAYLOADS
+from avatar_sdk.events.names import PAYLOADS
 from avatar_sdk.troubleshooting import ADVICE, advice
 from tools import docgen
 

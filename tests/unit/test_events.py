@@ -14,8 +14,8 @@ import pytest
 
 import avatar_sdk
 from avatar_sdk import AvatarError, ErrorCode, EventName
-from avatar_sdk.event_types import PAYLOADS
-from avatar_sdk.events import Event, EventBus, EventSource
+from avatar_sdk.events.bus import Event, EventBus, EventSource
+from avatar_sdk.events.names import PAYLOADS
 
 from ..conftest import until
 

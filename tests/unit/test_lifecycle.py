@@ -1,4 +1,4 @@
-"""avatar_sdk.lifecycle: thread leases, the session_completed signal, shutdown hooks."""
+"""avatar_sdk.lifecycle.completion: thread leases, the session_completed signal, shutdown hooks."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.lifecycle import (
+from avatar_sdk.lifecycle.completion import (
     LEASE_DIR_ENV,
     OUTCOMES,
     CompletionSignal,
@@ -30,7 +30,7 @@ from avatar_sdk.lifecycle import (
     ThreadLeases,
     default_lease_dir,
 )
-from avatar_sdk.shutdown import _Installed
+from avatar_sdk.lifecycle.shutdown import _Installed
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient
 
@@ -132,7 +132,7 @@ def test_stale_lease_of_a_dead_process_does_not_block(leases: ThreadLeases) -> N
     script = textwrap.dedent(
         """
         import os, sys
-        from avatar_sdk.lifecycle import ThreadLeases
+        from avatar_sdk.lifecycle.completion import ThreadLeases
         lease = ThreadLeases(sys.argv[1]).acquire(sys.argv[2])
         os._exit(0)  # no release, no finalizer: the file stays, the lock dies with us
         """

@@ -14,7 +14,7 @@ import pytest
 from transitions.extensions.nesting import HierarchicalMachine
 
 from avatar_sdk.logs import MACHINE_NAME, MACHINE_NOISE, NOISY_LOGGERS, install, warnings_only
-from avatar_sdk.machine import SessionMachine
+from avatar_sdk.session.machine import SessionMachine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCapture
     assert machine.state == "connecting_socket"
     assert _transitions_records(caplog) == []
     # the SDK's own one line per transition is still there
-    assert any(r.name == "avatar_sdk.machine" for r in caplog.records)
+    assert any(r.name == "avatar_sdk.session.machine" for r in caplog.records)
 
 
 def test_warnings_only_drops_info_and_forwards_warnings(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,10 +11,10 @@ import pytest
 
 from avatar_sdk import SessionConfig
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.link import ServerLink
-from avatar_sdk.machine import SessionMachine, decide_media_down
-from avatar_sdk.outcome import LinkSlot
-from avatar_sdk.tiers import RecoveryController
+from avatar_sdk.session.link import ServerLink
+from avatar_sdk.session.machine import SessionMachine, decide_media_down
+from avatar_sdk.session.recovery import RecoveryController
+from avatar_sdk.session.slot import LinkSlot
 from avatar_sdk.wire import AvailabilityResult, In, Out
 
 

@@ -19,9 +19,9 @@ import pytest
 if sys.platform != "win32":
     import fcntl
 
-from avatar_sdk.events import Event
-from avatar_sdk.journal import JOURNALED, Journal
-from avatar_sdk.lifecycle import CompletionSignal, ThreadLeases
+from avatar_sdk.events.bus import Event
+from avatar_sdk.events.journal import JOURNALED, Journal
+from avatar_sdk.lifecycle.completion import CompletionSignal, ThreadLeases
 from avatar_sdk.redact import REDACTED, register_secret
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient

@@ -6,8 +6,7 @@ import random
 
 from pytest import approx
 
-from avatar_sdk.recovery import ReportCadence
-from avatar_sdk.recovery.cadence import FACTOR, FIRST_REPORT_SEED, WINDOW
+from avatar_sdk.transport.cadence import FACTOR, FIRST_REPORT_SEED, WINDOW, ReportCadence
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from avatar_sdk import AvatarError, ChatSession, ErrorCode, SessionConfig
-from avatar_sdk.guards import ConversationGuards
+from avatar_sdk.guards.brain import ConversationGuards
 from avatar_sdk.wire import AgentRawText, AgentStartSpeech, parse_delta
 
 ORDER = {

@@ -9,11 +9,11 @@ from typing import Any
 
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.config import SessionConfig
-from avatar_sdk.guards import ConversationGuards
-from avatar_sdk.lifecycle import IdleTimer
-from avatar_sdk.machine import SessionMachine
-from avatar_sdk.turn_desk import TurnDesk
-from avatar_sdk.turns import TurnGate
+from avatar_sdk.guards.brain import ConversationGuards
+from avatar_sdk.lifecycle.completion import IdleTimer
+from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.session.turn_sender import TurnDesk
+from avatar_sdk.session.turns import TurnGate
 from avatar_sdk.wire import (
     AgentInterrupted,
     AgentStartSpeech,

@@ -57,7 +57,7 @@ def _child(conn: Connection, assignment: WorkerAssignment, levels: dict[str, int
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_logger_levels(levels)  # the driver's: the CLI quiets the stack's chatter
     try:
-        import avatar_sdk.session  # noqa: F401, PLC0415 - the stack loads before the ramp
+        import avatar_sdk.session.facade  # noqa: F401, PLC0415 - the stack loads before the ramp
 
         conn.send(("ready",))
         message = conn.recv()

@@ -53,7 +53,7 @@ class FleetActor:
 
     async def ready(self) -> int:
         """Once the WebRTC stack is imported (the ramp waits for every actor); its pid."""
-        import avatar_sdk.session  # noqa: F401, PLC0415
+        import avatar_sdk.session.facade  # noqa: F401, PLC0415
 
         return os.getpid()
 

@@ -1,0 +1,308 @@
+"""``avatar-sdk``: talk to an avatar headless, the fault-tour demo, fleets of sessions
+(:mod:`avatar_sdk._cli.fleet`), the state diagram, and a standalone staging backend.
+
+Usage errors exit 2 (click's convention); ``talk`` has its own exit-code contract
+(:mod:`avatar_sdk._cli.exits`, printed by ``avatar-sdk talk --help``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .._version import __version__
+from ..errors import AvatarError
+from ..testing import StagingServer
+from ..testing.control import CONTROL_PREFIX
+from . import exits
+from .fleet import command as fleet_command
+
+TOKEN_ENV = "AVATAR_TOKEN"
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _configure_logging(verbose: bool) -> None:
+    """The console script is an application, so it (not the library) decides where log
+    records go: the SDK's warnings on stderr, and the Socket.IO/WebRTC stack's transport
+    chatter ("Server sent close packet ...") only with ``--verbose`` (the output already
+    tells each drop and recovery). An embedding that configured logging keeps its own."""
+    if logging.getLogger().handlers:
+        return
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="avatar-sdk: %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        for name in ("engineio", "socketio", "aioice", "aiortc"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@click.group(context_settings=_CONTEXT, epilog=exits.epilog())
+@click.version_option(__version__, "--version", "-V", prog_name="avatar-sdk")
+@click.option("-v", "--verbose", is_flag=True, help="Log what the SDK does (INFO) on stderr.")
+def main(*, verbose: bool) -> None:
+    """Live AI-avatar conversations from the command line.
+
+    \b
+    avatar-sdk talk URL --say "Hello"     a headless conversation (token: AVATAR_TOKEN)
+    avatar-sdk demo                       the fault tour against the embedded staging backend
+    avatar-sdk fleet SCENARIO -n 50       many sessions at once: load tests and bot fleets
+    avatar-sdk staging serve --port 8765  a standalone staging backend with a fault API
+    avatar-sdk diagram                    the session state machine as Mermaid
+    """
+    _configure_logging(verbose)
+
+
+# -- talk ------------------------------------------------------------------------------------
+def _read_token(token_file: Path | None) -> str:
+    """The token from ``--token-file`` or ``AVATAR_TOKEN``: never a flag value, which would
+    land in the shell history and the process list."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(
+                f"cannot read {token_file}: {exc.__class__.__name__}", param_hint="--token-file"
+            ) from None
+        if not token:
+            raise click.BadParameter(f"{token_file} is empty", param_hint="--token-file")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise click.UsageError(f"no token: set {TOKEN_ENV} or pass --token-file FILE")
+    return token
+
+
+@main.command(context_settings=_CONTEXT, epilog=exits.epilog())
+@click.argument("url")
+@click.option(
+    "--say",
+    "turns",
+    multiple=True,
+    metavar="TEXT",
+    help="A user turn (repeatable, in order). Without --say (and --audio), turns are read "
+    "from stdin, one per line.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help=f"Read the token from this file (default: the {TOKEN_ENV} environment variable).",
+)
+@click.option("--genie-url", metavar="URL", help="HTTP API base for tool ACKs and completion.")
+@click.option("--thread", "thread_id", metavar="ID", help="Resume this conversation thread.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event.")
+@click.option(
+    "--audio",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Speak this WAV/OGG (any FFmpeg-readable) file into the uplink.",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Save the avatar's audio and video to this file (.mp4, .webm, .wav...).",
+)
+@click.option("--no-media", is_flag=True, help="Text only: no WebRTC audio or video.")
+@click.option("--no-video", is_flag=True, help="Audio only: no avatar video.")
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Allow http/ws and private hosts (a local backend such as `staging serve`).",
+)
+@click.option(
+    "--ca-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="PEM file of a private CA to trust besides the system's.",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="Set a SessionConfig field, e.g. --set close_timeout=1 "
+    "--set cold_reconnect.max_attempts=3 (repeatable).",
+)
+@click.option(
+    "--reply-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for each answer (and the greeting) before going on.",
+)
+@click.option(
+    "--connect-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Connect attempts for errors a retry can fix (backoff between them).",
+)
+def talk(
+    *,
+    url: str,
+    turns: tuple[str, ...],
+    token_file: Path | None,
+    genie_url: str | None,
+    thread_id: str | None,
+    as_json: bool,
+    audio: Path | None,
+    record: Path | None,
+    no_media: bool,
+    no_video: bool,
+    insecure: bool,
+    ca_file: Path | None,
+    settings: tuple[str, ...],
+    reply_timeout: float,
+    connect_attempts: int,
+) -> None:
+    """Hold a headless conversation with the avatar at URL.
+
+    Prints the avatar's replies as they stream, its tool calls and every recovery; Ctrl-C
+    completes the thread and closes within close_timeout. The token comes from the
+    AVATAR_TOKEN environment variable or --token-file, never from a flag.
+    """
+    from .options import OptionError, session_config  # noqa: PLC0415 - fast --help
+
+    if no_media and (audio is not None or record is not None):
+        raise click.UsageError("--audio and --record need media: drop --no-media")
+    try:
+        config = session_config(settings)
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from None
+    token = _read_token(token_file)
+    from .talk import TalkOptions  # noqa: PLC0415 - loads the session stack
+    from .talk import talk as run_talk  # noqa: PLC0415
+
+    opts = TalkOptions(
+        url=url,
+        token=token,
+        turns=list(turns) if turns else None,
+        genie_url=genie_url,
+        thread_id=thread_id,
+        json=as_json,
+        audio=audio,
+        record=record,
+        media=not no_media,
+        video=not no_video,
+        insecure=insecure,
+        ca_file=ca_file,
+        config=config,
+        reply_timeout=reply_timeout,
+        connect_attempts=connect_attempts,
+    )
+    try:
+        code = run_talk(opts)
+    except AvatarError as error:  # raised before the session existed (a bad URL...)
+        hint = " Use --insecure for a local backend." if error.code == "insecure_transport" else ""
+        click.echo(f"avatar-sdk: {error}{hint}", err=True)
+        code = exits.for_error(error)
+    sys.exit(code)
+
+
+# -- demo --------------------------------------------------------------------------------------
+@main.command(context_settings=_CONTEXT)
+@click.option("--no-media", is_flag=True, help="Control plane only (text): no WebRTC.")
+@click.option(
+    "--faults",
+    metavar="LIST",
+    help="Comma-separated faults to inject, in tour order: socket, cold, stv, asr "
+    "(default: all; stv and asr need media; 'none' for a fault-free run).",
+)
+def demo(*, no_media: bool, faults: str | None) -> None:
+    """The fault tour: the embedded staging backend and a live session through faults.
+
+    A live timeline (state, each recovery with its tier and measured duration, the
+    avatar's words), then a summary table. Exits 0 when every recovery happened.
+    """
+    from .demo import demo as run_demo  # noqa: PLC0415 - loads the session stack
+    from .demo import select  # noqa: PLC0415
+
+    try:
+        chosen = select(faults, media=not no_media)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--faults") from None
+    sys.exit(run_demo(chosen, media=not no_media))
+
+
+# -- fleet (its options live with it) ---------------------------------------------------------
+main.add_command(fleet_command)
+
+
+# -- diagram -----------------------------------------------------------------------------------
+@main.command(context_settings=_CONTEXT)
+def diagram() -> None:
+    """Print the session state machine as Mermaid."""
+    from ..session.machine import mermaid  # noqa: PLC0415
+
+    click.echo(mermaid(), nl=False)
+
+
+# -- staging serve -----------------------------------------------------------------------------
+async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
+    """Run the staging backend until interrupted, with its HTTP control API
+    (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    staging = StagingServer(
+        host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
+    )
+    await staging.start()
+    url = staging.public_url
+    print(json.dumps({"url": url, "genie_url": f"{url}/genie", "token": staging.token}))
+    print(
+        f"faults: POST {url}{CONTROL_PREFIX}/faults/<name>, brain scripts: POST "
+        f"{url}{CONTROL_PREFIX}/brain/<name>, with JSON keyword arguments",
+        flush=True,
+    )
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await staging.stop()
+    return 0
+
+
+@main.group(context_settings=_CONTEXT)
+def staging() -> None:
+    """The staging backend (the one the test suite uses)."""
+
+
+@staging.command("serve", context_settings=_CONTEXT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option(
+    "--port", type=int, default=0, show_default=True, help="Port to bind (0: a free one)."
+)
+@click.option(
+    "--token", default=None, help="The token clients must present (default: a random one)."
+)
+@click.option(
+    "--advertise-host",
+    default=None,
+    metavar="NAME",
+    help="Host name in the URLs handed to clients (the WHEP URL), instead of --host.",
+)
+def staging_serve(*, host: str, port: int, token: str | None, advertise_host: str | None) -> None:
+    """Run it standalone until Ctrl-C; prints its URL and token as JSON on the first line.
+
+    Faults and brain scripts over HTTP: POST URL/_control/faults/NAME or
+    URL/_control/brain/NAME with JSON keyword arguments (docs/testing.md). Exits 130 on
+    Ctrl-C, 3 when it cannot listen (the port is taken).
+    """
+    try:
+        code = asyncio.run(serve(host, port, token, advertise_host))
+    except KeyboardInterrupt:
+        click.echo("avatar-sdk: interrupted", err=True)
+        code = exits.INTERRUPTED
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the port is already in use"
+        else:
+            reason = exc.strerror or type(exc).__name__
+        click.echo(f"avatar-sdk: cannot serve on {host}:{port}: {reason}", err=True)
+        code = exits.REFUSED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main(prog_name="avatar-sdk")

@@ -1,0 +1,318 @@
+"""Events: the one way the SDK tells the application what happened.
+
+Callbacks may be sync or async. A callback that raises is isolated: the session goes on and
+a ``callback_error`` event is emitted (never recursively for a failing ``callback_error``
+handler). Async callbacks run as tasks owned by the bus and are cancelled on ``close()``.
+
+Every subscription starts when its method is called, never lazily at the first ``await`` or
+iteration: ``w = session.expect("reconnected")`` before a fault and ``await w`` after it
+cannot miss the event. Once the session ended the bus is closed, and waiting on it fails at
+once with ``AvatarError(CLOSED)`` instead of hanging. Event names and payload shapes:
+:mod:`avatar_sdk.events.names`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, TypeVar, overload
+
+from ..errors import AvatarError, ErrorCode
+from ..logs import sdk_logger
+from .names import EventName
+from .stream import Event, EventStream, Expectation, _check_bound, _closed_error, _key, _Subscriber
+
+log = sdk_logger(__name__)
+
+__all__ = [
+    "DEFAULT_QUEUE_CAP",
+    "Callback",
+    "Event",
+    "EventBus",
+    "EventSource",
+    "EventStream",
+    "Expectation",
+    "known_event",
+]
+
+Callback = Callable[["Event"], Awaitable[None] | None] | Callable[["Event"], Any]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: Subscribers of ``events()`` buffer at most this many events; older ones are dropped
+#: (a session takes its bound from ``SessionConfig.event_queue_size``).
+DEFAULT_QUEUE_CAP = 10_000
+
+
+class EventBus:
+    """Fan-out of events to callbacks, async iterators and one-shot waiters.
+
+    Every subscription (``on``, ``events``, ``expect``, ``wait_for``) is registered when the
+    method is called, never lazily on first await/iteration: an event emitted between the
+    call and the ``await`` is delivered, not lost.
+    """
+
+    def __init__(self) -> None:
+        self._callbacks: dict[str, list[Callback]] = {}
+        self._subscribers: list[_Subscriber] = []
+        self._waiters: list[Expectation] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.emitted = 0
+        #: Events dropped by full ``events()`` buffers, all streams together.
+        self.dropped = 0
+        self.queue_size = DEFAULT_QUEUE_CAP
+        self._counters: dict[str, Any] | None = None
+
+    def configure(
+        self, *, queue_size: int | None = None, counters: dict[str, Any] | None = None
+    ) -> None:
+        """Set the default bound of new ``events()`` streams, and a stats dict in which
+        ``events_dropped`` is kept (a session's ``stats()``), as a control channel keeps
+        ``events_in`` there."""
+        if queue_size is not None:
+            self.queue_size = _check_bound(queue_size, "event_queue_size")
+        if counters is not None:
+            counters.setdefault("events_dropped", self.dropped)
+            self._counters = counters
+
+    @property
+    def closed(self) -> bool:
+        """True once the bus closed (the session ended): no waiter can be satisfied any more."""
+        return self._closed
+
+    # -- subscription -----------------------------------------------------------------------
+    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event named ``name`` (``"*"``: all events).
+
+        Returns a function that unsubscribes.
+        """
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        key = _key(name)
+        self._callbacks.setdefault(key, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._callbacks.get(key)
+            if callbacks is not None and callback in callbacks:
+                callbacks.remove(callback)
+
+        return unsubscribe
+
+    def events(self, *names: str | EventName, cap: int | None = None) -> EventStream:
+        """Events (optionally only those ``names``) from now until the bus closes.
+
+        Subscribed at call time; buffers at most ``cap`` events (default: ``queue_size``;
+        the oldest are dropped, and the stream says so, see :class:`EventStream`).
+        On a closed bus the stream is empty.
+        """
+        bound = self.queue_size if cap is None else _check_bound(cap, "max_queue")
+        return EventStream(self, frozenset(_key(n) for n in names) if names else None, bound)
+
+    def expect(
+        self,
+        name: str | EventName,
+        predicate: Callable[[Event], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Expectation:
+        """The next event ``name`` (matching ``predicate``), registered now, awaited later.
+
+        ``timeout`` (seconds) counts from this call. Raises ``AvatarError(CLOSED)`` at once
+        if the bus has closed. Must be called with an event loop running.
+        """
+        key = _key(name)
+        if self._closed:
+            raise _closed_error(key)
+        return Expectation(self, key, predicate, timeout)
+
+    def wait_for(
+        self,
+        name: str | EventName,
+        timeout: float | None = None,
+        predicate: Callable[[Event], bool] | None = None,
+    ) -> Coroutine[Any, Any, Event]:
+        """The next event ``name`` (matching ``predicate``), or ``TimeoutError`` after
+        ``timeout`` seconds; ``AvatarError(CLOSED)`` once the bus closes.
+
+        Registered when called, not when awaited (the returned coroutine only waits), so
+        ``w = bus.wait_for(...); trigger(); await w`` cannot miss the event.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # Made before any loop runs (``asyncio.run(bus.wait_for(...))``): nothing can be
+            # emitted before it starts, so registering when it starts misses nothing.
+            return self._wait_later(name, timeout, predicate)
+        return self.expect(name, predicate, timeout).wait()
+
+    async def _wait_later(
+        self,
+        name: str | EventName,
+        timeout: float | None,
+        predicate: Callable[[Event], bool] | None,
+    ) -> Event:
+        return await self.expect(name, predicate, timeout)
+
+    # -- emission ---------------------------------------------------------------------------
+    def emit(self, name: str | EventName, data: dict[str, Any] | None = None) -> Event:
+        """Deliver an event synchronously to callbacks, iterators and waiters."""
+        key = _key(name)
+        event = Event(key, data if data is not None else {})
+        self.emitted += 1
+        for sub in list(self._subscribers):
+            if sub.push(event):
+                self._count_drop()
+        for waiter in list(self._waiters):
+            if waiter.name != key or waiter.done():
+                continue
+            if waiter.predicate is not None and not self._safe_predicate(waiter.predicate, event):
+                continue
+            waiter._offer(event)
+        for callback in [*self._callbacks.get(key, ()), *self._callbacks.get("*", ())]:
+            self._run_callback(callback, event)
+        return event
+
+    def _count_drop(self) -> None:
+        # A counter, never an event: telling the whole bus would re-enter the full queues.
+        self.dropped += 1
+        if self._counters is not None:
+            self._counters["events_dropped"] = self._counters.get("events_dropped", 0) + 1
+
+    def _safe_predicate(self, predicate: Callable[[Event], bool], event: Event) -> bool:
+        try:
+            return bool(predicate(event))
+        except Exception as exc:
+            self._report_callback_error(event, exc)
+            return False
+
+    def _run_callback(self, callback: Callback, event: Event) -> None:
+        try:
+            result = callback(event)
+        except Exception as exc:
+            self._report_callback_error(event, exc)
+            return
+        if inspect.isawaitable(result):
+            if self._closed:
+                # Nothing may outlive the session: drop (and close) late coroutines.
+                if inspect.iscoroutine(result):
+                    result.close()
+                return
+            task = asyncio.ensure_future(self._await_callback(result, event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _await_callback(self, awaitable: Awaitable[Any], event: Event) -> None:
+        try:
+            await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._report_callback_error(event, exc)
+
+    def _report_callback_error(self, event: Event, exc: BaseException) -> None:
+        log.warning("callback for %r raised %s", event.name, type(exc).__name__, exc_info=exc)
+        if event.name != "callback_error":
+            self.emit("callback_error", {"event": event.name, "error": repr(exc)[:500]})
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close_streams(self) -> None:
+        """Close the bus (after a terminal state): every ``events()`` stream ends once it has
+        drained, every pending waiter fails with ``AvatarError(CLOSED)``, and later
+        ``wait_for``/``expect`` calls fail at once instead of waiting for ever."""
+        self._closed = True
+        for sub in list(self._subscribers):
+            sub.close()
+        for waiter in list(self._waiters):
+            waiter._fail(_closed_error(waiter.name), quiet=True)
+
+    async def aclose(self, timeout: float = 0.5) -> None:
+        """Close the bus (see :meth:`close_streams`), give running async callbacks
+        ``timeout`` seconds, then cancel them."""
+        self.close_streams()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+
+#: Every name a session emits, plus ``"*"`` (all events).
+_KNOWN_NAMES: Final = frozenset({str(n) for n in EventName} | {"*"})
+
+
+def known_event(name: str | EventName) -> str:
+    """``name`` if a session can emit it; else ``AvatarError(invalid_argument)`` with the
+    closest known names (a typo such as ``"agent_txt"`` would otherwise wait forever)."""
+    key = _key(name)
+    if key not in _KNOWN_NAMES:
+        close = difflib.get_close_matches(key, sorted(_KNOWN_NAMES), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"unknown event name {key!r}{hint}")
+    return key
+
+
+class EventSource:
+    """The public event verbs of a session (both transports): a base class that owns the
+    session's :class:`EventBus` and delegates to it; the behaviour lives in the bus. Every
+    verb refuses an event name no session emits (``invalid_argument``, with suggestions)."""
+
+    def __init__(self) -> None:
+        self._bus = EventBus()
+
+    @overload
+    def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: str | EventName) -> Callable[[_F], _F]: ...
+
+    def on(
+        self, name: str | EventName, callback: Callback | None = None
+    ) -> Callable[[], None] | Callable[[_F], _F]:
+        """Call ``callback(event)`` (sync or async) for each event ``name`` (``"*"``: all);
+        returns a function that unsubscribes. Without ``callback`` it is a decorator:
+        ``@session.on("agent_text")`` registers the function and returns it unchanged."""
+        key = known_event(name)
+        if callback is not None:
+            return self._bus.on(key, callback)
+
+        def register(function: _F) -> _F:
+            self._bus.on(key, function)
+            return function
+
+        return register
+
+    def events(self, *names: str | EventName, max_queue: int | None = None) -> EventStream:
+        """Async iterator of events (optionally only ``names``), subscribed at call time;
+        ends when the session ends. ``aclose()`` or ``async with`` unsubscribes early.
+
+        Buffers at most ``max_queue`` events (default ``SessionConfig.event_queue_size``,
+        10,000); a consumer that falls behind loses the oldest and reads an
+        ``events_dropped`` {count, total} event where they were (``stream.dropped``, and
+        ``stats()["events_dropped"]`` for all streams)."""
+        return self._bus.events(*(known_event(n) for n in names), cap=max_queue)
+
+    def expect(
+        self,
+        name: str | EventName,
+        predicate: Callable[[Event], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Expectation:
+        """The next event ``name``, registered now and awaited later: ``w =
+        session.expect("reconnected", timeout=5); <trigger>; event = await w``.
+
+        ``timeout`` (seconds) counts from this call; ``TimeoutError`` names the event.
+        Raises ``AvatarError(CLOSED)`` at once on an ended session."""
+        return self._bus.expect(known_event(name), predicate, timeout)
+
+    def wait_for(
+        self,
+        name: str | EventName,
+        timeout: float | None = None,
+        predicate: Callable[[Event], bool] | None = None,
+    ) -> Coroutine[Any, Any, Event]:
+        """``await session.wait_for(name, timeout)``: the next event ``name`` (for which
+        ``predicate(event)`` is true, if given). Subscribed when called, not when awaited;
+        ``TimeoutError`` after ``timeout`` seconds; ``AvatarError(CLOSED)`` on an ended
+        session, at once."""
+        return self._bus.wait_for(known_event(name), timeout, predicate)

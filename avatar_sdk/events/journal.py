@@ -1,0 +1,212 @@
+"""An optional JSONL journal of what happened to a session: enough to reconstruct an
+incident (transitions, errors, recoveries), never a secret or a conversation's content.
+
+Events arrive on the event loop (socket handlers emit them); the file is written by a
+thread of the journal's own, so a slow or stalled disk never stalls the conversation. Lines
+are built (and secrets scrubbed) on the loop, in event order, and written in that order.
+``close()`` / ``aclose()`` return once every accepted line is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import threading
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from typing import IO, Any, Final
+
+from ..logs import sdk_logger
+from ..redact import scrub
+from .bus import Event
+
+log = sdk_logger(__name__)
+
+#: Events worth a line. Conversation content (agent_text, captions, transcriptions) is
+#: deliberately absent: a journal is an operations record, not a transcript.
+JOURNALED: Final = frozenset(
+    {
+        "state_changed",
+        "connected",
+        "reconnecting",
+        "reconnected",
+        "media_recovering",
+        "media_recovered",
+        "queued",
+        "gave_up",
+        "error",
+        "session_error",
+        "protocol_error",
+        "callback_error",
+        "network_changed",
+        "ended",
+    }
+)
+
+#: Lines waiting for the disk beyond this are dropped (and the gap recorded): memory stays
+#: bounded when the disk stalls, and the loop never waits for it.
+DEFAULT_MAX_PENDING: Final = 10_000
+#: How long ``close()`` waits for the writer to finish the lines still pending (s).
+DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+#: The same for a journal never closed, at interpreter exit or when collected (s).
+_EXIT_TIMEOUT: Final = 1.0
+
+
+class _Writer:
+    """The journal's file and the thread that writes it (apart from :class:`Journal` so a
+    finalizer can stop it when a journal is dropped unclosed)."""
+
+    def __init__(self, file: IO[str], name: str) -> None:
+        self.file: IO[str] | None = file
+        self.written = 0
+        self._cond = threading.Condition()
+        self._pending: deque[str] = deque()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def failed(self) -> bool:
+        return self.file is None
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def put(self, lines: list[str]) -> None:
+        with self._cond:
+            self._pending.extend(lines)
+            self._cond.notify()
+
+    def stop(self, timeout: float) -> bool:
+        """Ask the thread to write what is pending and close the file; True once done."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending) or self._stopping)
+                batch = list(self._pending)
+                self._pending.clear()
+                done = self._stopping and not batch
+            if done:
+                break
+            self._write(batch)
+        file, self.file = self.file, None
+        if file is not None:
+            try:
+                file.close()
+            except (OSError, ValueError) as exc:
+                log.warning("journal close failed (%s)", type(exc).__name__)
+
+    def _write(self, batch: list[str]) -> None:
+        file = self.file
+        if file is None:
+            return  # journaling stopped after a failed write: drain and discard
+        try:
+            file.write("".join(batch))
+            file.flush()
+            self.written += len(batch)
+        except (OSError, ValueError) as exc:
+            log.warning("journal write failed (%s); journaling stops", type(exc).__name__)
+            self.file = None
+            try:
+                file.close()
+            except (OSError, ValueError):
+                log.debug("journal: closing after a failed write failed too")
+
+
+class Journal:
+    """Appends one JSON object per journaled event to ``path``.
+
+    ``max_pending``: lines queued for the disk beyond which new ones are dropped; the next
+    accepted line (or ``close``) is preceded by a ``journal_gap`` line with the count.
+    The file is opened here (a bad path fails at once); every write happens off the loop.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        session_label: str,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        self.path = Path(path)
+        self._label = session_label
+        self._start = time.monotonic()
+        self.max_pending = max(1, int(max_pending))
+        self._writer = _Writer(self.path.open("a", encoding="utf-8"), "avatar-sdk-journal")
+        self._closed = False
+        #: Lines dropped because the disk fell behind (see ``max_pending``).
+        self.dropped = 0
+        self._gap = 0
+        self._gap_at = 0.0
+        # Never closed: the lines still pending are written when it is collected or at exit.
+        self._finalizer = weakref.finalize(self, self._writer.stop, _EXIT_TIMEOUT)
+
+    @property
+    def lines(self) -> int:
+        """Lines written to the file so far (final once closed)."""
+        return self._writer.written
+
+    def _line(self, name: str, at: float, data: Any) -> str:
+        entry: dict[str, Any] = {
+            "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+            "t": round(at - self._start, 4),
+            "session": self._label,
+            "event": name,
+            "data": scrub(data),
+        }
+        return json.dumps(entry, default=str) + "\n"
+
+    def _gap_line(self) -> list[str]:
+        if not self._gap:
+            return []
+        line = self._line("journal_gap", self._gap_at, {"dropped": self._gap})
+        self._gap = 0
+        return [line]
+
+    def record(self, event: Event) -> None:
+        """Queue ``event``'s line (only journaled events); never waits for the disk."""
+        if event.name not in JOURNALED or self._closed or self._writer.failed:
+            return
+        line = self._line(event.name, event.at, event.data)
+        if self._writer.pending() >= self.max_pending:
+            if not self._gap:
+                self._gap_at = event.at
+                log.warning("journal: the disk fell behind; dropping lines")
+            self._gap += 1
+            self.dropped += 1
+            return
+        self._writer.put([*self._gap_line(), line])
+
+    def _begin_close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if not self._writer.failed:
+                self._writer.put(self._gap_line())
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop journaling; returns once every accepted line is written (at most ``timeout``
+        seconds). Blocks its caller: on an event loop prefer :meth:`aclose`."""
+        self._begin_close()
+        self._finished(self._writer.stop(timeout), timeout)
+
+    async def aclose(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """:meth:`close` without blocking the event loop."""
+        self._begin_close()
+        self._finished(await asyncio.to_thread(self._writer.stop, timeout), timeout)
+
+    def _finished(self, done: bool, timeout: float) -> None:
+        if done:
+            self._finalizer.detach()
+        else:  # the exit-time finalizer gives the writer one more chance
+            log.warning("journal: the disk did not take the last lines within %.3gs", timeout)

@@ -1,0 +1,26 @@
+"""The live session: one ``AvatarSession`` and the parts it composes.
+
+The facade (``facade``) composes the machine (``machine``: states and the rules about them),
+the inbound router and handler, the server link and its slot (the outbox), the turn ledger and
+sender, user state, endings, the supervisor, and the recovery tiers (``recovery``: admission,
+socket and cold tiers; ``media_recovery``: the media tier). ``docs/architecture.md`` maps them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .facade import AvatarSession, Health
+
+#: Public name -> the submodule that defines it (loaded on first use).
+_EXPORTS: dict[str, str] = {
+    "AvatarSession": ".facade",
+    "Health": ".facade",
+}
+
+__all__ = ["AvatarSession", "Health"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,0 +1,170 @@
+"""How a session ends: gracefully (``close()``, a server end, the idle timeout) or by
+failure, and the ``session_completed`` signal that goes with a genuine end.
+
+:class:`Endings` is composed into the session with every resource it releases passed in
+explicitly. Teardown is bounded by ``close_timeout`` whatever state the socket and peers
+are in, and releases in one order: waiters, tasks, link, guards, tracks, lifecycle, bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import SessionConfig
+from ..errors import CATALOGUE, AvatarError, ErrorCode
+from ..events.bus import EventBus
+from ..events.journal import Journal
+from ..guards.brain import ConversationGuards
+from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
+from ..logs import sdk_logger
+from ..transport.asr import UplinkTrack
+from ..transport.genie import GenieClient
+from ..transport.stv import FanoutTrack
+from .machine import SessionMachine
+from .slot import LinkSlot
+from .supervisor import Supervisor
+
+log = sdk_logger("avatar_sdk.session.facade")
+
+#: What an ``ended`` event without an error code says to a person.
+_ENDED_MESSAGES = {
+    "closed": "The session was closed.",
+    "cancelled": "Connecting was cancelled.",
+    "idle_timeout": "The conversation ended after a long silence.",
+}
+#: Graceful endings that complete the conversation's thread (``session_completed``).
+_COMPLETING = frozenset({"closed", "idle_timeout"})
+
+
+def ended_message(reason: str) -> str:
+    """A readable sentence for an ``ended`` reason that carries no error code."""
+    return _ENDED_MESSAGES.get(reason, f"The session ended ({reason}).")
+
+
+@dataclass
+class Endings:
+    """The endings of one session (see ``docs/lifecycle.md``)."""
+
+    config: SessionConfig
+    machine: SessionMachine
+    bus: EventBus
+    slot: LinkSlot
+    supervisor: Supervisor
+    guards: ConversationGuards
+    genie: GenieClient | None
+    completion: CompletionSignal
+    idle: IdleTimer
+    journal: Journal | None
+    outputs: dict[str, FanoutTrack]
+    uplink_track: UplinkTrack
+    fail_waiters: Callable[[AvatarError], None]
+    unregister_signals: Callable[[], None] | None = None
+
+    async def end(self, reason: str, code: ErrorCode | None) -> None:
+        """Graceful end: ``disconnecting`` → teardown → ``ended``."""
+        if self.machine.terminal or self.machine.is_in("disconnecting"):
+            return
+        if not self.machine.try_fire("end"):
+            return
+        completing: asyncio.Task[None] | None = None
+        if reason in _COMPLETING or (
+            reason == "conversation_ended" and self.config.complete_on_server_end
+        ):
+            # Sent beside the teardown, so a slow genie host does not stretch close().
+            completing = asyncio.ensure_future(self._signal_completion(reason))
+        else:
+            self.completion.abandon()
+        await self._teardown(AvatarError(ErrorCode.CLOSED, reason))
+        if completing is not None:
+            await completing
+        await self._release_lifecycle()
+        self.machine.try_fire("finished")
+        info = CATALOGUE[code] if code is not None else None
+        await self._ended(
+            {
+                "reason": reason,
+                "code": str(code) if code is not None else None,
+                "severity": str(info.severity) if info else "info",
+                "recoverable": info.retryable if info else False,
+                "message": info.message if info else ended_message(reason),
+            }
+        )
+
+    async def fail(self, error: AvatarError, *, reason: str) -> None:
+        """Terminal failure: ``error`` event, teardown, ``failed``, ``ended``."""
+        if self.machine.terminal:
+            return
+        self.machine.set(reason=str(error.code), category=str(error.category))
+        self.bus.emit("error", error.as_event())
+        self.machine.fire("fail")
+        # A fatal end is not the end of the conversation: the app may continue the thread.
+        self.completion.abandon()
+        await self._teardown(error)
+        await self._release_lifecycle()
+        await self._ended(
+            {
+                "reason": reason,
+                "code": str(error.code),
+                "severity": str(error.severity),
+                "recoverable": error.retryable,
+                "message": error.message,
+            }
+        )
+
+    async def _ended(self, payload: dict[str, Any]) -> None:
+        self.bus.emit("ended", payload)
+        await self.bus.aclose()
+        if self.journal is not None:
+            await self.journal.aclose()
+
+    async def _signal_completion(self, reason: str) -> None:
+        """``session_completed``: at most one POST per session, within ``close_timeout``
+        here; if the genie host is slower than that, the exit hook retries at interpreter
+        exit. Never raises."""
+        label = {"closed": "close", "conversation_ended": "server_ended"}.get(reason, reason)
+        try:
+            async with asyncio.timeout(self.config.close_timeout):
+                payload = await self.completion.complete(reason=label)
+        except TimeoutError:
+            payload = {
+                "thread_id": self.completion.thread_id,
+                "delivered": False,
+                "reason": label,
+                "outcome": "timeout",
+            }
+        self.bus.emit("session_completed", payload)
+
+    async def _release_lifecycle(self) -> None:
+        self.idle.cancel()
+        if self.completion.finished:
+            default_hooks().untrack(self.completion)
+        if self.unregister_signals is not None:
+            self.unregister_signals()
+            self.unregister_signals = None
+        if self.genie is not None:
+            await self.genie.close()
+
+    async def _teardown(self, error: AvatarError) -> None:
+        """Release every task, socket and waiter this session owns (bounded)."""
+        timeout = self.config.close_timeout
+        self.fail_waiters(error)
+        pending = self.supervisor.cancel_all(spare=asyncio.current_task())
+        if pending:
+            # Let the cancelled tasks leave the link first (a recovery mid-request must not
+            # race the close of the HTTP session or peer it is using); bounded.
+            _, pending_set = await asyncio.wait(pending, timeout=timeout / 4)
+            pending = list(pending_set)
+        links = [*self.slot.retiring, *([self.slot.current] if self.slot.current else [])]
+        self.slot.current = None
+        # A link a cancelled cold rebuild was closing is still closing: await it too.
+        await asyncio.gather(
+            *(link.close(timeout) for link in links), self.supervisor.wait(pending, timeout)
+        )
+        self.slot.retiring.clear()
+        await self.guards.aclose()
+        for track in self.outputs.values():
+            track.stop()
+        self.uplink_track.stop()

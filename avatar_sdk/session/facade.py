@@ -1,0 +1,453 @@
+"""AvatarSession: the public facade of one live avatar conversation.
+
+The facade owns the machine (the only state), the event bus, the link of the moment, one
+supervisor in which every task lives, and the parts it composes, none of which calls back
+into it: the link builder (connect sequence), the recovery controller (three tiers and
+their watchdogs), the inbound handler (over the pure router), the turn desk (turns until
+confirmed), the guards, lifecycle and endings. ``docs/architecture.md`` draws who owns what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from ssl import SSLContext
+from typing import Any
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..config import AUDIO_CODECS, AudioCodec, SessionConfig
+from ..errors import AvatarError, ErrorCode
+from ..events.bus import EventSource
+from ..events.journal import Journal
+from ..guards.brain import ConversationGuards
+from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
+from ..logs import sdk_logger
+from ..redact import register_secret
+from ..transport.asr import UplinkTrack
+from ..transport.genie import GenieClient
+from ..transport.ice import TurnConfig
+from ..transport.media import MediaLanes
+from ..transport.stv import FanoutTrack
+from ..transport.tls import client_context
+from ..urls import check_url
+from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
+from .conversation import ConversationView
+from .endings import Endings
+from .inbound import InboundHandler
+from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
+from .machine import Health, SessionMachine
+from .recovery import RecoveryController
+from .slot import LinkSlot, Outcome, new_stats, stats_snapshot
+from .supervisor import Supervisor
+from .turn_sender import TurnDesk
+from .user_state import UserState
+
+log = sdk_logger(__name__)
+
+__all__ = ["AvatarSession", "Health"]
+
+
+class AvatarSession(EventSource):
+    """One live conversation with an avatar. See ``docs/`` for the full guide."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        genie_url: str | None = None,
+        partner_id: str | None = None,
+        thread_id: str | None = None,
+        audio: Any = None,
+        video: bool = True,
+        media: bool = True,
+        audio_codec: AudioCodec = "thread",
+        config: SessionConfig | None = None,
+        allow_insecure_transport: bool = False,
+        turn: TurnConfig | None = None,
+        journal: str | Path | None = None,
+        clock: Clock | None = None,
+        ssl: SSLContext | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
+
+        :param url: the conversation backend's base URL, ``https://host[:port]``.
+        :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
+            genie calls, never logged or shown in a repr.
+        :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
+            (None: neither is sent).
+        :param partner_id: the partner id the backend expects in the connection query.
+        :param thread_id: continue an earlier conversation's memory; replayed on every join.
+        :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
+            silence, file, Opus file sent undecoded, microphone); None sends silence.
+        :param video: False subscribes to the avatar's voice only.
+        :param media: False opens the control channel only (text turns, no WebRTC).
+        :param audio_codec: where audio is encoded (uplink) and decoded (the avatar's
+            voice): ``"thread"`` (default) in aiortc's worker threads; ``"loop"`` on the
+            event loop with a mono 32 kb/s voice encoder, cheaper per session, at a few
+            tens of microseconds of loop time per 20 ms frame (``docs/media.md``).
+        :param config: a ``SessionConfig`` (timeouts, budgets, guards; seconds).
+        :param allow_insecure_transport: permit http/ws and private media hosts (a local
+            backend such as ``StagingServer``; never in production).
+        :param turn: a ``TurnConfig`` for a TURN relay on restrictive networks.
+        :param journal: a path to append one JSON line per event (never the token).
+        :param clock: an injected clock for tests (``avatar_sdk.testing.FakeClock``).
+        :param ssl: an ``ssl.SSLContext`` for every connection; or
+        :param ca_file: a PEM file of a private CA trusted besides the system's (not both).
+        :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
+            for an http URL without the opt-in.
+        """
+        if not isinstance(token, str) or not token.strip():
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
+        register_secret(token)
+        insecure = allow_insecure_transport
+        self._url = check_url(url, allow_insecure=insecure, what="url")
+        genie = genie_url and check_url(genie_url, allow_insecure=insecure, what="genie_url")
+        tls = client_context(ssl, ca_file, allow_insecure=insecure)
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
+        super().__init__()
+        if config is not None and not isinstance(config, SessionConfig):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"config must be a SessionConfig, not {type(config).__name__}"
+                " (build one: SessionConfig(**fields))",
+            )
+        self.config = cfg = config or SessionConfig()
+        self._clock = clock or SYSTEM_CLOCK
+        self._media = bool(media)
+        self._sticky_id = new_sticky_id()
+        self._machine = machine = SessionMachine(on_change=self._on_state_change)
+        self._supervisor = Supervisor(self._on_task_failure)
+        self._slot = LinkSlot()
+        self._view = ConversationView(thread_id=thread_id)
+        self._connect_task: asyncio.Task[Any] | None = None
+        self._close_requested = False
+        self._stats = new_stats()
+        # events() buffers: their default bound, and their drops counted into stats().
+        self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
+        if audio_codec not in AUDIO_CODECS:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"audio_codec must be one of {', '.join(map(repr, AUDIO_CODECS))}",
+            )
+        self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
+        self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
+        if video:
+            self._outputs["video"] = FanoutTrack("video")
+        spec = MediaSpec(
+            self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
+        )
+        self._builder = LinkBuilder(
+            self._url,
+            token,
+            config=cfg,
+            sticky_id=self._sticky_id,
+            partner_id=partner_id,
+            media=spec if self._media else None,
+            counters=self._stats,
+            clock=self._clock,
+            ssl_context=tls,
+        )
+        self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
+        self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
+        self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
+        self._completion = CompletionSignal(
+            self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
+        )
+        self._idle = IdleTimer(cfg.idle_timeout, self._on_idle, clock=self._clock)
+        self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
+        if self._journal is not None:
+            self._bus.on("*", self._journal.record)
+        self._desk = TurnDesk(
+            config=cfg, machine=machine, clock=self._clock, send=self._send,
+            guards=self._guards, idle=self._idle, emit=self._emit, stats=self._stats,
+        )  # fmt: skip
+        self._recovery = RecoveryController(
+            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
+            builder=self._builder, thread_id=lambda: self._view.thread_id,
+            restore=self._restore_user_state, reassert=self._user.on_same_session,
+            emit=self._emit, spawn=self._supervisor.spawn,
+            on_outcome=self._after_recovery, stats=self._stats,
+        )  # fmt: skip
+        self._endings = Endings(
+            config=cfg, machine=machine, bus=self._bus, slot=self._slot,
+            supervisor=self._supervisor, guards=self._guards, genie=self._genie,
+            completion=self._completion, idle=self._idle, journal=self._journal,
+            outputs=self._outputs, uplink_track=self._uplink_track,
+            fail_waiters=self._desk.fail_held,
+        )  # fmt: skip
+        self._inbound = InboundHandler(
+            config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
+            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
+            view=self._view,
+            guards=self._guards, completion=self._completion, idle=self._idle,
+            emit=self._emit, stats=self._stats,
+        )  # fmt: skip
+        # Wired last: links report to the handler, which needs every part above.
+        self._builder.listener = LinkListener(
+            self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
+        )
+
+    # -- introspection --------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (
+            f"<AvatarSession state={self.state} thread={self.thread_id!r} url={self._url!r}"
+            f" media={self._media}>"
+        )
+
+    @property
+    def state(self) -> str:
+        """Current state name (see the state list in ``docs/state-machine.md``)."""
+        return self._machine.state
+
+    @property
+    def thread_id(self) -> str | None:
+        """The conversation thread, once known (given at construction or learned)."""
+        return self._view.thread_id
+
+    @property
+    def sticky_id(self) -> str:
+        return self._sticky_id
+
+    @property
+    def avatar_audio(self) -> FanoutTrack | None:
+        """The avatar's voice (an aiortc track; None until subscribed). It keeps delivering
+        across reconnects: the session re-feeds it from every new subscription."""
+        return self._outputs["audio"] if self._machine.data.subscribed else None
+
+    @property
+    def avatar_video(self) -> FanoutTrack | None:
+        """The avatar's video (an aiortc track; None until subscribed or with video=False)."""
+        return self._outputs.get("video") if self._machine.data.subscribed else None
+
+    @property
+    def media(self) -> MediaLanes | None:
+        """The current WebRTC lanes (diagnostics and tests)."""
+        link = self._slot.current
+        return link.lanes if link is not None else None
+
+    def health(self) -> Health:
+        """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
+        return self._machine.health()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: reconnects per tier, recovery durations (s), events in and out."""
+        return stats_snapshot(self._stats, events_emitted=self._bus.emitted)
+
+    def notify_network_change(self) -> None:
+        """The host's network changed: probe the control socket at once."""
+        self._recovery.notify_network_change()
+
+    async def switch_audio(self, track: Any) -> None:
+        """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""
+        self._uplink_track.switch(track)
+
+    # -- internals shared by the parts ------------------------------------------------------
+    def _emit(self, name: str, data: dict[str, Any] | None = None) -> None:
+        self._bus.emit(name, data or {})
+
+    def _on_state_change(self, state: str, previous: str, trigger: str) -> None:
+        self._emit("state_changed", {"state": state, "previous": previous, "trigger": trigger})
+
+    def _on_source_error(self, code: ErrorCode, exc: BaseException) -> None:
+        log.warning("audio source failed (%s); the uplink continues with silence", code)
+        self._emit("error", AvatarError(code, type(exc).__name__).as_event())
+
+    def _on_task_failure(self, name: str, exc: BaseException) -> None:
+        """A supervised task died: the session fails loudly, never limps on."""
+        error = AvatarError(ErrorCode.INTERNAL, f"{name}: {type(exc).__name__}")
+        if not self._machine.terminal:
+            self._supervisor.spawn(self._endings.fail(error, reason="internal"), "fail")
+
+    # -- context manager ------------------------------------------------------------------
+    async def __aenter__(self) -> AvatarSession:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- connect --------------------------------------------------------------------------
+    async def connect(self) -> None:
+        """Run the connect sequence; raises ``AvatarError`` (state ``failed``) on failure.
+
+        Bounded by ``config.overall_connect_timeout``. Cancelling it tears everything down
+        within ``config.close_timeout``.
+        """
+        if not self._machine.is_in("idle"):
+            raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
+        self._connect_task = asyncio.current_task()
+        started = self._clock.monotonic()
+        self._machine.fire("start")
+        try:
+            await self._recovery.admit(self._machine.fire)
+            self._machine.fire("approved")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            reason = "closed" if self._close_requested else "cancelled"
+            await asyncio.shield(self._endings.end(reason, None))
+            if self._close_requested and task is not None:
+                task.uncancel()
+                raise AvatarError(ErrorCode.CLOSED, "close() was called during connect()") from None
+            raise
+        except AvatarError as error:
+            await self._endings.fail(error, reason=f"connect failed: {error.code}")
+            raise
+        finally:
+            self._connect_task = None
+        duration = self._clock.monotonic() - started
+        self._stats["connect_duration"] = duration
+        self._start_watch()
+        self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+
+    def _start_watch(self) -> None:
+        cfg, spawn = self.config, self._supervisor.spawn
+        if self._media and cfg.quality_interval > 0:
+            spawn(self._recovery.media.quality_loop(cfg.quality_interval), "quality")
+        if self._media:
+            spawn(self._recovery.media.watchdog(), "media-watchdog")
+        if cfg.socket_probe_interval > 0:
+            spawn(self._recovery.socket_watchdog(), "socket-watchdog")
+        self._completion.hold()
+        hooks = default_hooks()
+        hooks.track(self._completion)
+        if cfg.handle_signals:
+            hooks.install()
+            self._endings.unregister_signals = hooks.register(self.close)
+        self._idle.start()
+        if cfg.brain_stall_timeout > 0:
+            live = lambda: self._machine.is_in("connected")  # noqa: E731
+            spawn(self._guards.run_watchdog(live), "brain-watchdog")
+
+    async def _restore_user_state(self, link: ServerLink) -> None:
+        """On every new server session: the user's mute and pause hold there too."""
+        if link.lanes is not None and link.lanes.stv is not None:
+            self._machine.set(subscribed=True)
+        self._machine.set(media_released=False, agent_restarting=False)
+        await self._user.on_new_session(link)
+
+    async def _after_recovery(self, outcome: Outcome) -> None:
+        """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
+        if not outcome.ok:
+            assert outcome.error is not None
+            await self._endings.fail(outcome.error, reason=outcome.end_reason)
+            return
+        if outcome.tier == "cold":
+            self._guards.on_rebuilt()
+        self._supervisor.spawn(self._desk.after_recovery(outcome.tier), "turn-delivery")
+
+    # -- tools ----------------------------------------------------------------------------
+    def on_tool_call(
+        self, name: str, handler: Callable[..., Any], schema: dict[str, Any] | None = None
+    ) -> Callable[[], None]:
+        """Run ``handler(args, call)`` (sync or async) for each call of the client-side tool
+        ``name``; with a ``schema`` (JSON Schema, checked here: an invalid one raises
+        ``invalid_argument``), invalid arguments emit ``tool_call_invalid`` instead.
+        A non-None return value is reported as ``tool_call_result``. Returns unregister."""
+        return self._guards.on_tool_call(name, handler, schema)
+
+    async def respond_to_tool(self, call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Acknowledge a tool call that waits for a response (POST to the genie host).
+
+        Returns ``{ok, reason}``: ``ok``, ``unknown_or_stale``, ``session_rebuilt``,
+        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried).
+        """
+        return await self._guards.respond_to_tool(self._genie, call_id, result)
+
+    # -- conversation ---------------------------------------------------------------------
+    async def speak(self, text: str) -> None:
+        """Send a user text turn (a barge-in marker first, as a real client does).
+
+        The text is cut to the protocol's 8,000 characters and stripped of control
+        characters (``wire.clamp_text``); an empty text raises ``invalid_argument``.
+
+        During a recovery the turn is held and delivered once the session is usable again;
+        if the session ends instead, this raises ``AvatarError``. A turn the server has not
+        confirmed when a recovery happens is resent once (``turn_resent``).
+        """
+        await self._desk.speak(text)
+
+    async def interrupt(self) -> None:
+        """Barge in: stop the avatar talking (the marker alone)."""
+        self._require_state("connected")
+        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
+
+    @property
+    def mic_enabled(self) -> bool:
+        """Whether the user's microphone reaches the server. Preserved across reconnects."""
+        return self._user.mic_enabled
+
+    @mic_enabled.setter
+    def mic_enabled(self, enabled: bool) -> None:
+        self._uplink_track.muted = not enabled
+        self._user.set_mic(bool(enabled))
+
+    async def pause(self) -> None:
+        """Pause the conversation (the server holds the avatar). A recovery returns to
+        ``paused``; a cold reconnect pauses the new server session too."""
+        self._require_state("connected", "recovering_media")
+        await self._send(Out.PAUSE_CONVERSATION, build_empty())
+        if not self._machine.try_fire("pause"):
+            # A recovery started while the pause went out: it returns to paused.
+            self._require_state("reconnecting", "cold_reconnecting", "recovering_media")
+            self._machine.set(user_paused=True)
+
+    async def resume(self) -> None:
+        """Resume a paused conversation.
+
+        If the server released the media while paused (``session_released``), the session
+        asks for a new STV session, rebuilds both peers and approves again before it counts
+        as connected; a failure there ends the session (``resume_failed``).
+        """
+        self._require_state("paused")
+        await self._send(Out.RESUME_CONVERSATION, build_empty())
+        self._user.resume_sent()
+        link = self._slot.current
+        if self._machine.data.media_released and link is not None and self._media:
+            try:
+                await self._builder.rebuild_media(link)
+            except AvatarError as error:
+                await self._endings.fail(error, reason="resume_failed")
+                raise
+        if not self._machine.try_fire("resume"):
+            # A recovery started meanwhile: it returns to connected, not paused.
+            self._require_state("reconnecting", "cold_reconnecting")
+            self._machine.set(user_paused=False)
+        await self._desk.flush()
+
+    def _require_state(self, *states: str) -> None:
+        if not self._machine.is_in(*states):
+            raise AvatarError(ErrorCode.INVALID_STATE, f"not allowed in state {self.state}")
+
+    async def _send(self, event: str, payload: Any) -> None:
+        """Emit in call order: a mute toggled just before a call goes out before it."""
+        pending = self._user.pending_emit
+        if pending is not None and not pending.done():
+            await asyncio.wait({pending})
+        link = self._slot.current
+        if link is None or not link.connected:
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "no connected control channel")
+        await link.emit(event, payload)
+
+    # -- endings --------------------------------------------------------------------------
+    async def close(self) -> None:
+        """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
+        if self._machine.terminal:
+            return
+        self._close_requested = True
+        connect_task = self._connect_task
+        if connect_task is not None and connect_task is not asyncio.current_task():
+            connect_task.cancel()
+            await asyncio.wait({connect_task}, timeout=self.config.close_timeout)
+            if self._machine.terminal:
+                return
+        await self._endings.end("closed", None)
+
+    def _on_idle(self) -> None:
+        if self._machine.is_in("connected", "paused"):
+            self._emit("idle_timeout", {"after": self.config.idle_timeout})
+            self._supervisor.spawn(self._endings.end("idle_timeout", None), "idle-end")

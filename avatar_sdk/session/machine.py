@@ -1,0 +1,414 @@
+"""SessionMachine: the one explicit state machine of a session.
+
+Every state and every transition is declared in :data:`STATES` and :data:`TRANSITIONS`
+below; nothing else changes a session's state. Channels and guards report facts, the
+session runtime turns facts into triggers with the pure ``decide_*`` functions here, and the
+machine refuses any transition that is not declared: :meth:`SessionMachine.fire` raises
+:class:`InvalidTransition` in strict mode (the test suite) and logs an error otherwise;
+transitions that may legitimately lose a race use :meth:`SessionMachine.try_fire`.
+
+The machine is synchronous on purpose: every callback is synchronous, and the asyncio
+flavour of ``transitions`` turns a caller's ``CancelledError`` into ``False`` and cancels
+other tasks mid-transition. Besides the state it holds the session's state *data*
+(:class:`MachineData`): the user's pause, media released by the server, an agent that is
+restarting, a backoff wait, and the health reason. A socket or cold recovery returns to
+``paused`` when the user had paused (the server still holds the pause).
+
+Public state names use ``_`` between levels (``connecting_socket``); internally the
+hierarchical machine uses ``/`` because ``stv_session`` itself contains an underscore.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from transitions import MachineError
+from transitions.extensions.nesting import HierarchicalMachine, NestedState
+
+from ..config import SessionConfig
+from ..errors import ErrorCode
+from ..logs import MACHINE_NAME, sdk_logger
+from ..transport.csr import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
+
+log = sdk_logger(__name__)
+
+CONNECT_STEPS: Final = (
+    "socket",
+    "joining",
+    "stv_session",
+    "agent",
+    "ready",
+    "asr",
+    "video",
+    "approving",
+)
+
+STATES: Final[list[Any]] = [
+    "idle",
+    {"name": "connecting", "children": list(CONNECT_STEPS)},
+    "connected",
+    "reconnecting",
+    "recovering_media",
+    "cold_reconnecting",
+    "queued",
+    "paused",
+    "disconnecting",
+    "ended",
+    "failed",
+]
+
+#: States from which the session is still alive (anything but the two terminal ones).
+LIVE: Final = [
+    "idle",
+    "connecting",
+    "connected",
+    "reconnecting",
+    "recovering_media",
+    "cold_reconnecting",
+    "queued",
+    "paused",
+]
+
+# (trigger, source(s), destination[, condition]). The only transitions that exist. A
+# condition names a MachineData flag; the first declared transition whose condition holds wins.
+TRANSITIONS: Final[list[tuple[Any, ...]]] = [
+    ("start", "idle", "connecting/socket"),
+    ("socket_open", "connecting/socket", "connecting/joining"),
+    ("joined", "connecting/joining", "connecting/stv_session"),
+    ("stv_ready", "connecting/stv_session", "connecting/agent"),
+    ("agent_shown", "connecting/agent", "connecting/ready"),
+    ("permissions_asked", "connecting/ready", "connecting/asr"),
+    ("media_skipped", "connecting/ready", "connecting/approving"),
+    ("asr_ready", "connecting/asr", "connecting/video"),
+    ("video_ready", "connecting/video", "connecting/approving"),
+    ("approved", "connecting/approving", "connected"),
+    # capacity: wait, then a fresh socket and a new join
+    ("capacity_unavailable", ["connecting", "cold_reconnecting"], "queued"),
+    ("retry", "queued", "connecting/socket"),
+    # tier 1: socket-transport recovery (connection-state recovery, no re-join)
+    ("transport_lost", ["connected", "paused", "recovering_media"], "reconnecting"),
+    ("transport_lost", "reconnecting", "reconnecting"),
+    ("recovered", "reconnecting", "paused", "user_paused"),
+    ("recovered", "reconnecting", "connected"),
+    # tier 2: media recovery in place
+    ("media_down", "connected", "recovering_media"),
+    ("media_recovered", "recovering_media", "paused", "user_paused"),
+    ("media_recovered", "recovering_media", "connected"),
+    # tier 3: cold reconnect on a brand-new socket, same thread
+    ("recovery_failed", "reconnecting", "cold_reconnecting"),
+    ("session_lost", ["connected", "paused", "recovering_media"], "cold_reconnecting"),
+    ("session_lost", "reconnecting", "cold_reconnecting"),
+    ("cold_reconnected", "cold_reconnecting", "paused", "user_paused"),
+    ("cold_reconnected", "cold_reconnecting", "connected"),
+    ("pause", "connected", "paused"),
+    ("resume", "paused", "connected"),
+    # endings
+    ("end", [s for s in LIVE if s != "idle"], "disconnecting"),
+    ("end", "idle", "ended"),
+    ("finished", "disconnecting", "ended"),
+    ("fail", [*LIVE, "disconnecting"], "failed"),
+]
+
+TERMINAL: Final = frozenset({"ended", "failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeout:
+    """Which config field bounds a connect step, and the code its expiry reports."""
+
+    field: str
+    code: ErrorCode
+
+
+#: Per-step waits of the connect sequence (PROTOCOL.md §2), declared once.
+STEP_TIMEOUTS: Final[dict[str, StepTimeout]] = {
+    "onServerConnected": StepTimeout("server_connect_timeout", ErrorCode.CONNECT_TIMEOUT),
+    "clientConfiguration": StepTimeout("join_room_timeout", ErrorCode.JOIN_TIMEOUT),
+    "joinComplete": StepTimeout("join_complete_timeout", ErrorCode.JOIN_TIMEOUT),
+    "stvNewSession": StepTimeout("overall_connect_timeout", ErrorCode.CONNECT_TIMEOUT),
+    "showAgent": StepTimeout("agent_timeout", ErrorCode.AGENT_TIMEOUT),
+    "askPermissions": StepTimeout("agent_timeout", ErrorCode.AGENT_TIMEOUT),
+    "asr-webrtc-ready": StepTimeout("asr_timeout", ErrorCode.ASR_FAILED),
+    "asr-webrtc-answer": StepTimeout("asr_timeout", ErrorCode.ASR_FAILED),
+}
+
+
+def step_timeout(config: SessionConfig, event: str) -> tuple[float, ErrorCode]:
+    """Seconds allowed for a handshake event, and the code to report when it never comes."""
+    spec = STEP_TIMEOUTS[event]
+    return float(getattr(config, spec.field)), spec.code
+
+
+def public_name(internal: str) -> str:
+    return internal.replace("/", "_")
+
+
+# -- decisions (pure) -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DisconnectDecision:
+    """What a socket disconnect means in a given state."""
+
+    action: str  # "recover_socket" | "recover_cold" | "end" | "abort_connect" | "ignore"
+    reason: str
+
+
+def decide_disconnect(state: str, reason: str) -> DisconnectDecision:
+    """The machine's rule for a dropped control socket.
+
+    A recoverable reason while live goes to the socket tier, and so does a CONNECT_ERROR
+    for the connected namespace (``io server refused``: the reconnect's own answer then
+    tells a glitch from a refusal). A message over ``max_message_size`` goes straight to
+    the cold tier: connection-state recovery would replay it first. Any other reason ends
+    the session with that reason (the server ended it on purpose). During the connect
+    sequence a drop fails the attempt at once instead of waiting for a step timeout.
+    """
+    if state.startswith("connecting"):
+        return DisconnectDecision("abort_connect", reason)
+    if state in ("connected", "paused", "recovering_media"):
+        if reason == MESSAGE_TOO_BIG:
+            return DisconnectDecision("recover_cold", reason)
+        if is_recoverable(reason) or reason == IO_SERVER_REFUSED:
+            return DisconnectDecision("recover_socket", reason)
+        return DisconnectDecision("end", reason)
+    return DisconnectDecision("ignore", reason)
+
+
+def decide_media_down(peer_state: str | None) -> str:
+    """What a dead media channel calls for: ``"recover"`` it in place at once, or
+    ``"check_socket"`` first. A peer *closed* by the far end is what a server does to every
+    peer when its conversation ends, which is also when it drops the socket for good (the
+    peers may close a few ms before the drop is noticed): a socket probe, cut short by the
+    drop, tells a lost server session (the socket tiers decide) from one dead peer. A stall
+    or an ICE failure is the path's, not the server's: no probe on that path."""
+    return "check_socket" if peer_state == "closed" else "recover"
+
+
+def capacity_delay(
+    schedule: tuple[float, ...], attempt: int, rng: random.Random | None = None
+) -> float:
+    """Seconds to stay ``queued`` before retry ``attempt`` (1-based): the schedule's entry,
+    clamped at its last one, with the reference client's ±15% jitter so that a crowd of
+    waiting clients does not retry in lockstep."""
+    if not schedule:
+        return 0.0
+    base = schedule[min(max(attempt, 1), len(schedule)) - 1]
+    return float(base * (rng or random).uniform(0.85, 1.15))
+
+
+class ClockJumpDetector:
+    """Notices a suspend/resume: the wall clock advanced much more than the monotonic clock
+    between two checks (CLOCK_MONOTONIC stops while the host sleeps)."""
+
+    def __init__(self, threshold: float = 2.0) -> None:
+        self.threshold = threshold
+        self._last: tuple[float, float] | None = None
+
+    def check(self, wall: float, mono: float) -> float | None:
+        """Seconds the host was away since the last check, or None."""
+        last, self._last = self._last, (wall, mono)
+        if last is None:
+            return None
+        gap = (wall - last[0]) - (mono - last[1])
+        return gap if gap > self.threshold else None
+
+
+def decide_connect_failure(code: ErrorCode) -> str:
+    """Trigger for a failed connect attempt: capacity waits in ``queued``, the rest fail."""
+    return "capacity_unavailable" if code is ErrorCode.CAPACITY_UNAVAILABLE else "fail"
+
+
+# -- the machine ------------------------------------------------------------------------------
+class InvalidTransition(RuntimeError):
+    """A trigger fired in a state that does not declare it (a bug of ours)."""
+
+
+@dataclass(slots=True)
+class MachineData:
+    """State data that lives with the machine, not in flags beside it."""
+
+    #: The user paused the conversation: recoveries return to ``paused``, a cold
+    #: reconnect pauses the new server session again.
+    user_paused: bool = False
+    #: The server let go of the avatar's media while paused; ``resume()`` rebuilds it.
+    media_released: bool = False
+    #: The agent process is restarting: user turns are held until it is back.
+    agent_restarting: bool = False
+    #: A recovery or capacity wait is sleeping before its next attempt.
+    backing_off: bool = False
+    #: The avatar's media was subscribed at least once (its output tracks are live).
+    subscribed: bool = False
+    #: Why the upstream is not live (an error code or a disconnect reason), and its category.
+    reason: str | None = None
+    category: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Is the upstream usable right now, and if not, why."""
+
+    upstream: str  # "live" | "idle" | "connecting" | "backoff" | "failed"
+    reason: str | None = None
+    category: str | None = None
+
+
+#: Data changes that belong to a transition, applied when it happens.
+_ON_TRIGGER: Final[dict[str, dict[str, Any]]] = {
+    "pause": {"user_paused": True},
+    "resume": {"user_paused": False, "media_released": False},
+    "recovered": {"reason": None, "category": None, "backing_off": False},
+    "cold_reconnected": {"reason": None, "category": None, "backing_off": False},
+    "media_recovered": {"reason": None, "category": None},
+    "approved": {"reason": None, "category": None, "backing_off": False},
+}
+
+
+def _strict_default() -> bool:
+    return os.environ.get("AVATAR_SDK_STRICT_MACHINE", "") not in ("", "0")
+
+
+class _SlashState(NestedState):
+    separator = "/"
+
+
+class _Machine(HierarchicalMachine):
+    state_cls = _SlashState
+
+
+class _Model:
+    state: str
+
+
+ChangeListener = Callable[[str, str, str], None]
+
+
+class SessionMachine:
+    """A session's state and state data. ``fire(trigger)`` is the only way to change state."""
+
+    def __init__(
+        self, on_change: ChangeListener | None = None, *, strict: bool | None = None
+    ) -> None:
+        self._model = _Model()
+        self._on_change = on_change
+        self.strict = _strict_default() if strict is None else strict
+        self.data = MachineData()
+        self._machine = _Machine(
+            model=self._model,
+            states=STATES,
+            transitions=[self._declare(t) for t in TRANSITIONS],
+            initial="idle",
+            auto_transitions=False,
+            send_event=True,
+            after_state_change=self._after_change,
+            queued=False,
+            name=MACHINE_NAME,  # avatar_sdk.logs filters this machine's INFO lines only
+        )
+        self.history: list[tuple[str, str, str]] = []
+
+    def _declare(self, spec: tuple[Any, ...]) -> dict[str, Any]:
+        trigger, source, dest, *condition = spec
+        declared: dict[str, Any] = {"trigger": trigger, "source": source, "dest": dest}
+        if condition:
+            flag = condition[0]
+            declared["conditions"] = [lambda _event: bool(getattr(self.data, flag))]
+        return declared
+
+    @property
+    def state(self) -> str:
+        """Public state name (``connecting_socket``...)."""
+        return public_name(self._model.state)
+
+    @property
+    def terminal(self) -> bool:
+        return self._model.state in TERMINAL
+
+    def is_in(self, *names: str) -> bool:
+        """True if the state is one of ``names`` or nested in one of them."""
+        internal = self._model.state
+        return any(internal == n or internal.startswith(n + "/") for n in names)
+
+    def can(self, trigger: str) -> bool:
+        return trigger in self._machine.get_triggers(self._model.state)
+
+    def fire(self, trigger: str) -> None:
+        """Run a declared transition. Firing an undeclared one is a bug: it raises
+        :class:`InvalidTransition` in strict mode and is logged as an error otherwise
+        (callers that may lose a race use :meth:`try_fire`)."""
+        if not self.try_fire(trigger):
+            message = f"transition {trigger!r} is not declared from {self.state}"
+            if self.strict:
+                raise InvalidTransition(message)
+            log.error(message)
+
+    def try_fire(self, trigger: str) -> bool:
+        """Run a transition if it is declared now; False (nothing changes) if not."""
+        if not self.can(trigger):
+            log.debug("transition %r not allowed from %s", trigger, self.state)
+            return False
+        try:
+            fired = bool(self._model.trigger(trigger))  # type: ignore[attr-defined]
+        except MachineError:
+            return False
+        if fired:
+            for key, value in _ON_TRIGGER.get(trigger, {}).items():
+                setattr(self.data, key, value)
+        return fired
+
+    def set(self, **changes: Any) -> None:
+        """Change state data (a fact the machine keeps: released media, a backoff...)."""
+        for key, value in changes.items():
+            if not hasattr(self.data, key):
+                raise AttributeError(f"MachineData has no field {key!r}")
+            setattr(self.data, key, value)
+
+    def health(self) -> Health:
+        """Upstream health, read from the state and its data."""
+        if self.is_in("connected", "paused"):
+            return Health("live")
+        upstream = (
+            "failed"
+            if self.is_in("failed")
+            else "idle"
+            if self.is_in("idle", "ended", "disconnecting")
+            else "backoff"
+            if self.data.backing_off or self.is_in("queued")
+            else "connecting"
+        )
+        return Health(upstream, self.data.reason, self.data.category)
+
+    def _after_change(self, event: Any) -> None:
+        previous = public_name(event.transition.source)
+        current = self.state
+        trigger = str(event.event.name)
+        self.history.append((previous, current, trigger))
+        log.info("state %s -> %s (%s)", previous, current, trigger)
+        if self._on_change is not None:
+            self._on_change(current, previous, trigger)
+
+
+def mermaid() -> str:
+    """The machine as a Mermaid state diagram, generated from :data:`TRANSITIONS`."""
+    lines = ["stateDiagram-v2", "  [*] --> idle"]
+    lines.append("  state connecting {")
+    for a, b in itertools.pairwise(CONNECT_STEPS):
+        lines.append(f"    connecting_{a} --> connecting_{b}")
+    lines.append("  }")
+    seen: set[tuple[str, str, str]] = set()
+    for trigger, sources, dest, *condition in TRANSITIONS:
+        label = f"{trigger} [{condition[0]}]" if condition else trigger
+        for src in [sources] if isinstance(sources, str) else sources:
+            a, b = public_name(src), public_name(dest)
+            inner = a.startswith("connecting_") and b.startswith("connecting_")
+            if inner and trigger != "media_skipped":
+                continue
+            key = (a, b, label)
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(f"  {a} --> {b}: {label}")
+    lines += ["  ended --> [*]", "  failed --> [*]"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,387 @@
+"""The recovery controller: the three tiers and the watchdogs that notice when one is needed.
+
+* socket tier: connection-state recovery on the same link (no re-join);
+* media tier: one channel recovered in place while the other keeps running; each channel is
+  watched and recovered on its own, so a busy uplink never delays the downlink's escalation;
+* cold tier: a brand-new link (socket, join, peers) that keeps the thread.
+
+Inputs are explicit (the machine, the current-link slot, a link builder, a clock, an event
+sink) and every recovery ends in an :class:`Outcome` handed to ``on_outcome``; the
+controller never calls into the session facade. Every retry loop is tenacity's, with the
+injected clock's sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+)
+
+from ..clock import Clock
+from ..config import RetryPolicy, SessionConfig
+from ..errors import AvatarError, Category, ErrorCode
+from ..logs import sdk_logger
+from .handshake import Deadline
+from .link import LinkBuilder, ServerLink
+from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_connect_failure
+from .media_recovery import MediaTier
+from .slot import LinkSlot, Outcome, record_recovery
+
+log = sdk_logger("avatar_sdk.session.facade")
+
+#: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
+#: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
+SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
+
+Emit = Callable[[str, dict[str, Any]], None]
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+
+
+class _Escalate(Exception):
+    """The socket tier cannot restore this session: go cold."""
+
+
+class _TryAgain(Exception):
+    """This socket-tier attempt did not verify: another one, within the window."""
+
+
+class RecoveryController:
+    """The recovery tiers of one session (see ``docs/resilience.md``)."""
+
+    def __init__(
+        self,
+        *,
+        machine: SessionMachine,
+        config: SessionConfig,
+        clock: Clock,
+        slot: LinkSlot,
+        builder: LinkBuilder,
+        thread_id: Callable[[], str | None],
+        restore: Callable[[ServerLink], Awaitable[None]],
+        reassert: Callable[[ServerLink], Awaitable[None]],
+        emit: Emit,
+        spawn: Spawn,
+        on_outcome: Callable[[Outcome], Awaitable[None]],
+        stats: dict[str, Any],
+    ) -> None:
+        self._machine = machine
+        self._config = config
+        self._clock = clock
+        self._slot = slot
+        self._builder = builder
+        self._thread_id = thread_id
+        self._restore = restore
+        self._reassert = reassert
+        self._emit = emit
+        self._spawn = spawn
+        self._on_outcome = on_outcome
+        self._stats = stats
+        self.media = MediaTier(
+            machine=machine, config=config, clock=clock, slot=slot, emit=emit, spawn=spawn,
+            escalate=self.recover_cold, socket_alive=self.socket_alive, stats=stats,
+        )  # fmt: skip
+        self._cold_spent = 0
+        self._stable_since: float | None = None
+
+    # -- shared -----------------------------------------------------------------------------
+    async def _backoff(self, seconds: float) -> None:
+        self._machine.set(backing_off=True)
+        try:
+            await self._clock.sleep(seconds)
+        finally:
+            self._machine.set(backing_off=False)
+
+    def _record(self, tier: str, duration: float) -> None:
+        record_recovery(self._stats, tier, duration)
+
+    def _note(self, error: AvatarError) -> None:
+        self._machine.set(reason=str(error.code), category=str(error.category))
+
+    # -- admission: the first connect, queued while there is no capacity ------------------
+    async def admit(self, advance: Callable[[str], None]) -> None:
+        """The connect sequence, waiting in ``queued`` while the backend has no capacity
+        (``throwToNoAgent``); the whole wait is bounded by ``capacity_max_wait``. Each
+        attempt is a new link; ``advance`` moves the machine through the connect steps."""
+        cfg, clock, m = self._config, self._clock, self._machine
+        queued_since = clock.monotonic()
+
+        def over_budget(state: RetryCallState) -> bool:
+            waited = clock.monotonic() + (state.upcoming_sleep or 0.0) - queued_since
+            return waited > cfg.capacity_max_wait
+
+        async def queue(state: RetryCallState) -> None:
+            await self._release_link()
+            m.fire("capacity_unavailable")
+            m.set(reason="capacity_unavailable", category="capacity")
+            self._emit(
+                "queued", {"attempt": state.attempt_number, "retry_in": state.upcoming_sleep}
+            )
+
+        async def sleep(seconds: float) -> None:
+            m.set(backing_off=True)
+            await clock.sleep(seconds)
+            m.set(backing_off=False)
+            m.fire("retry")
+
+        def capacity(exc: BaseException) -> bool:
+            return isinstance(exc, AvatarError) and (
+                decide_connect_failure(exc.code) == "capacity_unavailable"
+            )
+
+        retrying = AsyncRetrying(
+            stop=over_budget,
+            wait=lambda state: capacity_delay(cfg.capacity_backoff, state.attempt_number),
+            retry=retry_if_exception(capacity),
+            before_sleep=queue,
+            sleep=sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self._join_new_link(Deadline(cfg.overall_connect_timeout), advance)
+        except AvatarError as error:
+            if capacity(error):
+                raise AvatarError(
+                    ErrorCode.CAPACITY_UNAVAILABLE,
+                    f"no capacity within capacity_max_wait={cfg.capacity_max_wait:g}s",
+                ) from None
+            raise
+
+    async def _join_new_link(self, deadline: Deadline, advance: Callable[[str], None]) -> None:
+        link = self._builder.create()
+        self._slot.current = link
+        await self._builder.join(
+            link,
+            deadline,
+            thread_id=self._thread_id(),
+            advance=advance,
+            after_join=self._restore,
+        )
+        if self._slot.current is not link:  # replaced or closed underneath us
+            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during connect")
+
+    async def _release_link(self) -> None:
+        await self._slot.retire(self._config.close_timeout / 2)
+
+    # -- tier 1: socket ---------------------------------------------------------------------
+    async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
+        """A recoverable drop of ``link``: restore it in place, or go cold. None if the
+        machine refused (the session is ending, or already recovering)."""
+        if not self._machine.try_fire("transport_lost"):
+            return None
+        cfg = self._config
+        clock = self._clock
+        started = clock.monotonic()
+        window_ends = started + cfg.reconnect_window
+        attempts = max(1, cfg.max_reconnect_attempts)
+        self._machine.set(reason=reason, category=str(Category.NETWORK))
+
+        def wait(state: RetryCallState) -> float:
+            delay = SOCKET_TIER_POLICY.delay(state.attempt_number + 1)
+            return min(delay, max(0.0, window_ends - clock.monotonic()))
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait,
+            retry=retry_if_exception(lambda e: isinstance(e, _TryAgain)),
+            sleep=self._backoff,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self._socket_attempt(link, reason, attempt.retry_state, window_ends)
+        except AvatarError as error:  # refused for good (auth, TLS): no other tier can help
+            outcome = Outcome("socket", False, error=error, end_reason=str(error.code))
+            await self._on_outcome(outcome)
+            return outcome
+        except (_Escalate, _TryAgain):
+            if not self._machine.try_fire("recovery_failed"):
+                return None
+            return await self.recover_cold(f"socket recovery failed ({reason})")
+        duration = clock.monotonic() - started
+        if not self._machine.try_fire("recovered"):
+            return None  # the session ended meanwhile: nothing to report
+        self._record("socket", duration)
+        self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
+        outcome = Outcome("socket", True, duration)
+        await self._on_outcome(outcome)
+        return outcome
+
+    async def _socket_attempt(
+        self, link: ServerLink, reason: str, state: RetryCallState, window_ends: float
+    ) -> None:
+        cfg = self._config
+        remaining = window_ends - self._clock.monotonic()
+        if remaining <= 0 or link is not self._slot.current:
+            raise _Escalate
+        attempts = max(1, cfg.max_reconnect_attempts)
+        self._emit(
+            "reconnecting",
+            {
+                "tier": "socket",
+                "attempt": state.attempt_number,
+                "max_attempts": attempts,
+                "reason": reason,
+            },
+        )
+        try:
+            result = await link.channel.reconnect(min(cfg.server_connect_timeout, remaining))
+        except AvatarError as error:
+            if not error.retryable and error.code is not ErrorCode.CLOSED:
+                raise  # auth refused, TLS not trusted: no other tier can help
+            raise _TryAgain from error
+        if not result.recovered:
+            raise _Escalate  # the server answered with a fresh session: nothing to resume
+        if not await link.probe(cfg.socket_probe_timeout):
+            raise _TryAgain  # "reconnected but silent" must not count
+        try:
+            # What the dying socket may have swallowed (recovery replays only the server's
+            # events): the approval, mute and pause, re-sent before the session is usable.
+            await self._reassert(link)
+        except AvatarError as error:
+            raise _TryAgain from error
+
+    # -- tier 3: cold reconnect -------------------------------------------------------------
+    async def recover_cold(self, reason: str) -> Outcome:
+        """A brand-new link, same thread; backoff with jitter and a streak budget that a
+        stable connected period resets (``RetryPolicy.reset_after_success``)."""
+        policy = self._config.cold_reconnect
+        clock = self._clock
+        started = clock.monotonic()
+        if (
+            policy.reset_after_success
+            and self._stable_since is not None
+            and started - self._stable_since >= policy.stable_after
+            and self._cold_spent
+        ):
+            self._emit(
+                "retry_budget_reset",
+                {
+                    "tier": "cold",
+                    "spent": self._cold_spent,
+                    "stable_for": started - self._stable_since,
+                },
+            )
+            self._cold_spent = 0
+        self._stable_since = None
+        budget = policy.max_attempts - self._cold_spent
+        attempts = 0
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, budget)),
+            wait=lambda state: policy.delay(state.attempt_number),  # the first retry: initial
+            retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
+            sleep=self._backoff,
+            reraise=True,
+        )
+        try:
+            if budget <= 0:
+                raise AvatarError(ErrorCode.GAVE_UP, "the cold tier's streak budget is spent")
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    self._emit(
+                        "reconnecting",
+                        {
+                            "tier": "cold",
+                            "attempt": self._cold_spent + 1,
+                            "max_attempts": policy.max_attempts,
+                            "reason": reason,
+                        },
+                    )
+                    try:
+                        await self._cold_attempt()
+                    except AvatarError:
+                        self._cold_spent += 1  # the streak counts failed attempts only
+                        raise
+        except AvatarError as error:
+            self._emit("gave_up", {"tier": "cold", "attempts": attempts, "code": str(error.code)})
+            outcome = Outcome("cold", False, error=error, end_reason="gave_up")
+            await self._on_outcome(outcome)
+            return outcome
+        duration = clock.monotonic() - started
+        if not self._machine.try_fire("cold_reconnected"):
+            # The session ended meanwhile: no event for a transition that did not happen.
+            return Outcome("cold", False, error=AvatarError(ErrorCode.CLOSED, "ended"))
+        self._stable_since = clock.monotonic()
+        self._record("cold", duration)
+        self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
+        outcome = Outcome("cold", True, duration)
+        await self._on_outcome(outcome)
+        return outcome
+
+    async def _cold_attempt(self) -> None:
+        cfg = self._config
+        self.media.forget_link()  # its recoveries die with it: the new link is watched afresh
+        await self._slot.retire(cfg.close_timeout / 2)
+        link = self._builder.create()
+        self._slot.current = link
+        try:
+            await self._builder.join(
+                link,
+                Deadline(cfg.overall_connect_timeout),
+                thread_id=self._thread_id(),
+                advance=lambda _: None,
+                after_join=self._restore,
+            )
+            if self._slot.current is not link:
+                raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "link replaced during the rebuild")
+        except AvatarError as error:
+            self._note(error)
+            raise
+
+    # -- socket liveness --------------------------------------------------------------------
+    async def socket_watchdog(self) -> None:
+        """Probe a quiet control socket: a silently dead one (no close, no ping answer) is
+        found in ``socket_probe_interval + socket_probe_timeout`` instead of Engine.IO's
+        ping timeout (up to 45 s), then dropped, which hands it to the socket tier."""
+        cfg = self._config
+        clock = self._clock
+        step = min(0.5, cfg.socket_probe_interval / 4)
+        jumps = ClockJumpDetector()
+        while not self._machine.terminal:
+            await clock.sleep(step)
+            away = jumps.check(clock.wall(), clock.monotonic())
+            if away is not None:
+                # The host slept (the wall clock moved, the monotonic one did not): every
+                # connection may be dead without anyone having said so. Probe now.
+                log.info("host resumed after ~%.1fs asleep; probing the connection", away)
+                self.notify_network_change()
+            link = self._slot.current
+            if link is None or not link.connected:
+                continue
+            if not self._machine.is_in("connected", "paused", "recovering_media"):
+                continue
+            if clock.monotonic() - link.channel.last_activity < cfg.socket_probe_interval:
+                continue
+            await self.socket_alive(link)
+
+    async def socket_alive(self, link: ServerLink) -> bool:
+        """Probe ``link``'s socket. A probe left unanswered on a socket that still looks
+        open means a silently dead one: it is dropped, which hands it to the socket tier.
+        False as soon as the socket drops (its disconnect is then being handled)."""
+        if await link.probe(self._config.socket_probe_timeout):
+            return True
+        if link is self._slot.current and link.connected:
+            log.info("control socket unresponsive; treating it as dropped")
+            self._stats["dead_socket_detections"] = self._stats.get("dead_socket_detections", 0) + 1
+            await link.channel.drop("ping timeout")
+        return False
+
+    def notify_network_change(self) -> None:
+        """The host's network changed: probe the control socket at once."""
+        if self._machine.terminal:
+            return
+        link = self._slot.current
+        if link is not None:
+            link.channel.last_activity = 0.0  # the next watchdog tick probes at once
+        self._emit("network_changed", {})

@@ -1,0 +1,79 @@
+"""Supervisor: the one owner of every background task of a session.
+
+``asyncio.TaskGroup`` would cancel every sibling when one task fails and cannot outlive the
+``async with`` block of a caller, while a session's tasks start and end at arbitrary times
+across many public calls; so this small owner keeps the TaskGroup's two promises by hand:
+no task is ever abandoned (``aclose()`` cancels and awaits every one), and a task that dies
+with an exception is reported at once, to be turned into a classified session failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ..logs import sdk_logger
+
+log = sdk_logger(__name__)
+
+FailureHandler = Callable[[str, BaseException], None]
+
+
+class Supervisor:
+    """Owns tasks: ``spawn`` them, ``aclose`` cancels and awaits all of them."""
+
+    def __init__(self, on_failure: FailureHandler, *, label: str = "avatar-sdk") -> None:
+        self._on_failure = on_failure
+        self._label = label
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run ``coro`` as a supervised task. After ``aclose()`` the coroutine is closed
+        unrun and a cancelled task is returned, so late work never outlives the session."""
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"{self._label}:{name}")
+        if self._closed:
+            task.cancel()
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("task %s failed: %r", task.get_name(), exc, exc_info=exc)
+            self._on_failure(task.get_name(), exc)
+
+    def cancel_all(self, *, spare: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
+        """Close the supervisor and cancel every task but ``spare`` (usually the caller);
+        returns the tasks that were still running, for :meth:`wait`."""
+        self._closed = True
+        pending = [t for t in self._tasks if t is not spare and not t.done()]
+        for task in pending:
+            task.cancel()
+        return pending
+
+    async def wait(self, tasks: list[asyncio.Task[Any]], timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for cancelled ``tasks``; one that ignores its
+        cancellation is logged (it is a bug: it outlives its session)."""
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=timeout)
+        for task in stuck:
+            log.error("task %s did not stop within %.3gs of its cancellation", task, timeout)
+
+    async def aclose(self, timeout: float, *, spare: asyncio.Task[Any] | None = None) -> None:
+        """Cancel every task (but ``spare``) and wait up to ``timeout`` seconds for them."""
+        await self.wait(self.cancel_all(spare=spare), timeout)

@@ -1,0 +1,305 @@
+"""TurnDesk: every user turn of a session, from ``speak()`` until the server shows it has it.
+
+It sends turns when the session is usable, holds them while it is not (a recovery, a
+restarting agent) and delivers them in order afterwards, records each sent turn in the pure
+:class:`~avatar_sdk.session.turns.TurnLedger`, and after a recovery resends, exactly once, the turns
+the server never confirmed. It decides nothing about connections: it reads the machine and
+sends through the ``send`` function it is given.
+
+The server drops a typed turn sent during an uninterruptible agent turn (the opening
+greeting, PROTOCOL.md §4.13), so a turn spoken then is held by the desk's
+:class:`~avatar_sdk.session.turns.TurnGate` and sent when that turn's closing events arrive, every
+held text joined into one turn as the reference client does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from ..clock import Clock, sleep_or
+from ..config import SessionConfig
+from ..errors import AvatarError, ErrorCode
+from ..guards.brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards
+from ..lifecycle.completion import IdleTimer
+from ..logs import sdk_logger
+from ..wire import (
+    AgentInterrupted,
+    AgentStartSpeech,
+    AskPermissions,
+    InboundEvent,
+    Out,
+    StvFinishedGenerating,
+    StvFinishedTalking,
+    StvStartedTalking,
+    build_barge_in_marker,
+    build_text_entered,
+    clamp_text,
+)
+from .machine import SessionMachine
+from .turns import TurnGate, TurnLedger
+
+log = sdk_logger("avatar_sdk.session.facade")
+
+#: Turns held while recovering, at most; older callers get a clear failure, not silence.
+MAX_HELD_TURNS = 32
+#: Longest an uninterruptible agent turn (the greeting) may hold user turns, seconds: a
+#: spoken greeting lasts seconds; past this its closing events are taken as lost.
+UNINTERRUPTIBLE_CAP = 60.0
+#: States in which a turn can go out now (with the agent there).
+_USABLE = ("connected", "recovering_media")
+#: States in which a turn waits for the session to be usable again.
+_WAITING = ("reconnecting", "cold_reconnecting", "queued", *_USABLE)
+
+Send = Callable[[str, Any], Awaitable[None]]
+
+
+class TurnDesk:
+    """User turns: send, hold, confirm, resend once (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: SessionConfig,
+        machine: SessionMachine,
+        clock: Clock,
+        send: Send,
+        guards: ConversationGuards,
+        idle: IdleTimer,
+        emit: Callable[[str, dict[str, Any]], None],
+        stats: dict[str, Any],
+    ) -> None:
+        self._config = config
+        self._machine = machine
+        self._clock = clock
+        self._send = send
+        self._guards = guards
+        self._idle = idle
+        self._emit = emit
+        self._stats = stats
+        self.ledger = TurnLedger()
+        self.gate = TurnGate()
+        #: Set while the gate is past ``expected`` / while it is ``open``.
+        self._gate_started = asyncio.Event()
+        self._gate_open = asyncio.Event()
+        self._sync_gate()
+        self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self._evidence = asyncio.Event()
+        stats.setdefault("turns_resent", 0)
+
+    async def speak(self, text: str) -> None:
+        """A user turn: sent now, or held until the session is usable again."""
+        if not isinstance(text, str) or not text.strip():
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
+        text = clamp_text(text)
+        m = self._machine
+        if self._usable() and self.gate.phase == "open":
+            try:
+                await self._send_turn(text)
+                return
+            except AvatarError as error:
+                # The socket died under us and its recovery has not started yet: hold.
+                if error.code is not ErrorCode.TRANSPORT_CLOSED or m.terminal:
+                    raise
+        elif not m.is_in(*_WAITING):
+            raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {m.state}")
+        if len(self._held) >= MAX_HELD_TURNS:
+            raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.append((text, fut))  # in spoken order, whatever releases it
+        if self._usable() and (await self._past_expected() or not await self._gate_opens()):
+            await self.flush(join=True)  # nothing else will release it
+        await fut
+
+    def _usable(self) -> bool:
+        m = self._machine
+        return m.is_in(*_USABLE) and not m.data.agent_restarting
+
+    async def _send_turn(self, text: str, *, resend: bool = False) -> None:
+        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
+        # Recorded before the send: the server's answer may be handled before it returns.
+        turn = self.ledger.sent(text, resent=resend)
+        try:
+            await self._send(Out.TEXT_ENTERED, build_text_entered(text))
+        except AvatarError:
+            self.ledger.forget(turn)  # never written: the caller holds or fails it
+            raise
+        self._guards.on_user_turn(text)
+        self._idle.touch()
+
+    # -- evidence ---------------------------------------------------------------------------
+    def observe(self, speech_id: str | None, turn_to_talk: bool) -> None:
+        """Evidence from one inbound event: its speechId, or a user-turn hand-off."""
+        confirmed = self.ledger.observe_speech_id(speech_id)
+        if turn_to_talk and self.ledger.unconfirmed():
+            self.ledger.confirm_current()
+            confirmed = True
+        if confirmed:
+            self._evidence.set()
+
+    # -- uninterruptible agent turns --------------------------------------------------------
+    def observe_turn(self, event: InboundEvent) -> bool:
+        """Feed the gate one inbound event. True when it just opened with turns held: the
+        caller sends them now (``flush(join=True)``)."""
+        gate = self.gate
+        opened = False
+        if isinstance(event, AskPermissions):
+            gate.expect_opening()
+        elif isinstance(event, AgentStartSpeech):
+            opened = gate.speech_started(event.speech_id, event.is_new_turn)
+        elif isinstance(event, StvStartedTalking):
+            gate.talking_started()
+        elif isinstance(event, StvFinishedTalking | AgentInterrupted):
+            opened = gate.talking_finished()
+        elif isinstance(event, StvFinishedGenerating):
+            opened = gate.generation_finished(event.speech_id)
+        else:
+            return False
+        self._sync_gate()
+        return opened and bool(self._held)
+
+    def reset_gate(self) -> None:
+        """The agent turn in flight is gone (the agent restarted, the session ended): no
+        uninterruptible turn holds user turns any more."""
+        self.gate.reset()
+        self._sync_gate()
+
+    def _sync_gate(self) -> None:
+        phase = self.gate.phase
+        for event, is_set in (
+            (self._gate_started, phase != "expected"),
+            (self._gate_open, phase == "open"),
+        ):
+            if is_set:
+                event.set()
+            else:
+                event.clear()
+
+    async def _past_expected(self) -> bool:
+        """The session was just approved and its greeting has not begun: wait for it to
+        begin, at most ``agent_timeout`` (a server with no greeting takes turns at once).
+        True if it never began (this call opened the gate)."""
+        if self.gate.phase != "expected":
+            return False
+        await sleep_or(self._clock, self._config.agent_timeout, self._gate_started)
+        if not self.gate.give_up_waiting():
+            return False
+        log.info(
+            "no opening turn within %.3gs of approval; sending turns", self._config.agent_timeout
+        )
+        self._sync_gate()
+        return True
+
+    async def _gate_opens(self) -> bool:
+        """Wait for a running uninterruptible turn to end, at most
+        :data:`UNINTERRUPTIBLE_CAP`; False (and the gate forced open) when it never closed:
+        a server that loses the closing events must not hold the user's turns forever."""
+        if self._gate_open.is_set():
+            return True
+        await sleep_or(self._clock, UNINTERRUPTIBLE_CAP, self._gate_open)
+        if self._gate_open.is_set():
+            return True
+        log.warning(
+            "an uninterruptible turn did not end within %gs; sending turns", UNINTERRUPTIBLE_CAP
+        )
+        self.reset_gate()
+        return False
+
+    async def _until_interruptible(self) -> None:
+        """Until the server would take a typed turn: past the expected greeting, then until
+        the uninterruptible turn's closing events (bounded, see :meth:`_gate_opens`)."""
+        await self._past_expected()
+        await self._gate_opens()
+
+    # -- after a recovery -------------------------------------------------------------------
+    def after_recovery(self, tier: str) -> Coroutine[Any, Any, None]:
+        """What to run once a recovery of ``tier`` succeeded: unconfirmed turns sent before
+        now are resent once when no evidence comes within ``turn_confirm_timeout``, then
+        held turns go out, in the order they were spoken. The cut-off is taken now, so a
+        turn spoken after the recovery is never mistaken for a lost one."""
+        through = self.ledger.new_epoch() if tier in ("socket", "cold") else 0
+        return self._deliver(tier, through)
+
+    async def _deliver(self, tier: str, through: int) -> None:
+        if any(t.seq <= through for t in self.ledger.unconfirmed()):
+            await self._confirm_or_resend(through, tier)
+        await self.flush()
+
+    async def _confirm_or_resend(self, through: int, tier: str) -> None:
+        clock, ledger = self._clock, self.ledger
+        deadline = clock.monotonic() + self._config.turn_confirm_timeout
+        while any(t.seq <= through for t in ledger.unconfirmed()):
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                break
+            self._evidence.clear()
+            await sleep_or(clock, left, self._evidence)
+        await self._until_interruptible()  # a rebuilt session is greeting: it would drop them
+        for turn in ledger.take_resends(through):
+            if not self._machine.is_in(*_USABLE):
+                break
+            await self._send_turn(turn.text, resend=True)
+            self._stats["turns_resent"] += 1
+            self._emit("turn_resent", {"text": turn.text, "tier": tier})
+
+    async def resend_after_spiral(self, text: str) -> bool:
+        """The hard spiral tier rebuilt the server session: resend the abandoned turn once,
+        prefixed, with no barge-in marker (the new server session is idle)."""
+        self.ledger.clear()  # the old server session had them; this resend replaces them
+        # The rebuilt session opens with its greeting, which would drop the resend: held
+        # until it ends (PROTOCOL.md §4.6 [newer]).
+        await self._until_interruptible()
+        resend = SPIRAL_RECOVERY_PREFIX + text
+        try:
+            await self._send(Out.TEXT_ENTERED, build_text_entered(resend))
+        except AvatarError as error:
+            log.info("spiral resend failed: %s", error.code)
+            return False
+        self.ledger.sent(resend, resent=True)
+        self._guards.on_user_turn(None)
+        return True
+
+    # -- held turns -------------------------------------------------------------------------
+    async def flush(self, *, join: bool = False) -> None:
+        """Send held turns, in order, while the session is usable and the server takes
+        them; ``join``: as one turn, the texts joined by newlines (after an uninterruptible
+        turn, as the reference client does: one answer instead of one barge-in per text)."""
+        m = self._machine
+        if self._held:
+            await self._past_expected()
+        if self.gate.phase != "open":
+            return  # the uninterruptible turn's closing events flush them (observe_turn)
+        if join and len(self._held) > 1 and m.is_in("connected") and not m.data.agent_restarting:
+            batch = list(self._held)
+            self._held.clear()
+            try:
+                await self._send_turn(clamp_text("\n".join(text for text, _ in batch)))
+            except AvatarError as error:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(error)
+                return
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+            return
+        while self._held and m.is_in("connected") and not m.data.agent_restarting:
+            text, fut = self._held.popleft()
+            try:
+                await self._send_turn(text)
+            except AvatarError as error:
+                if not fut.done():
+                    fut.set_exception(error)
+                continue
+            if not fut.done():
+                fut.set_result(None)
+
+    def fail_held(self, error: AvatarError) -> None:
+        """The session ended: every held ``speak()`` raises ``error``."""
+        self.reset_gate()
+        while self._held:
+            _, fut = self._held.popleft()
+            if not fut.done():
+                fut.set_exception(error)
