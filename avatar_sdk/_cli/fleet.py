@@ -304,8 +304,7 @@ def command(**params: Any) -> None:
     when every session finished ok, 1 when any failed, 2 on a usage error, 130 on Ctrl-C.
     """  # fmt: skip
     from ..config import SessionConfig  # noqa: PLC0415
-    from .main import _read_token  # noqa: PLC0415 - one token rule for every command
-    from .options import OptionError, session_config  # noqa: PLC0415
+    from .options import OptionError, read_token, session_config  # noqa: PLC0415
 
     settings, token_file = params.pop("settings"), params.pop("token_file")
     if params["staging"] == bool(params["url"]):
@@ -324,5 +323,5 @@ def command(**params: Any) -> None:
         for f in dataclasses.fields(SessionConfig)
         if getattr(config, f.name) != getattr(defaults, f.name)
     }
-    params["token"] = None if params["staging"] else _read_token(token_file)
+    params["token"] = None if params["staging"] else read_token(token_file)
     sys.exit(fleet(FleetOptions(**params)))

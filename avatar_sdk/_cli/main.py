@@ -11,7 +11,6 @@ import asyncio
 import errno
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -23,8 +22,7 @@ from ..testing import StagingServer
 from ..testing.control import CONTROL_PREFIX
 from . import exits
 from .fleet import command as fleet_command
-
-TOKEN_ENV = "AVATAR_TOKEN"
+from .options import TOKEN_ENV, read_token
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -60,25 +58,6 @@ def main(*, verbose: bool) -> None:
 
 
 # -- talk ------------------------------------------------------------------------------------
-def _read_token(token_file: Path | None) -> str:
-    """The token from ``--token-file`` or ``AVATAR_TOKEN``: never a flag value, which would
-    land in the shell history and the process list."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(
-                f"cannot read {token_file}: {exc.__class__.__name__}", param_hint="--token-file"
-            ) from None
-        if not token:
-            raise click.BadParameter(f"{token_file} is empty", param_hint="--token-file")
-        return token
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise click.UsageError(f"no token: set {TOKEN_ENV} or pass --token-file FILE")
-    return token
-
-
 @main.command(context_settings=_CONTEXT, epilog=exits.epilog())
 @click.argument("url")
 @click.option(
@@ -173,7 +152,7 @@ def talk(
         config = session_config(settings)
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from None
-    token = _read_token(token_file)
+    token = read_token(token_file)
     from .talk import TalkOptions  # noqa: PLC0415 - loads the session stack
     from .talk import talk as run_talk  # noqa: PLC0415
 

@@ -5,14 +5,41 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+import click
 
 from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+
+
+#: The environment variable that holds the token when no ``--token-file`` is given.
+TOKEN_ENV = "AVATAR_TOKEN"
+
+
+def read_token(token_file: Path | None) -> str:
+    """The token from ``--token-file`` or ``AVATAR_TOKEN``: never a flag value, which would
+    land in the shell history and the process list."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(
+                f"cannot read {token_file}: {exc.__class__.__name__}", param_hint="--token-file"
+            ) from None
+        if not token:
+            raise click.BadParameter(f"{token_file} is empty", param_hint="--token-file")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise click.UsageError(f"no token: set {TOKEN_ENV} or pass --token-file FILE")
+    return token
 
 
 class OptionError(ValueError):

@@ -21,7 +21,7 @@ from .names import EventName
 if TYPE_CHECKING:
     from .bus import EventBus
 
-log = sdk_logger("avatar_sdk.events.bus")
+log = sdk_logger("avatar_sdk.events")
 
 #: The name of the notice a stream yields in place of the events it had to drop.
 EVENTS_DROPPED = str(EventName.EVENTS_DROPPED)

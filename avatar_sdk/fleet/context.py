@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from ..session.facade import AvatarSession
     from .plan import SessionSpec
 
-__all__ = ["AudioProbe", "ScenarioContext", "TurnIds", "TurnMatch", "TurnResult", "is_spoken"]
+__all__ = [
+    "AudioProbe",
+    "Scenario",
+    "ScenarioContext",
+    "TurnIds",
+    "TurnMatch",
+    "TurnResult",
+    "is_spoken",
+]
 
 log = sdk_logger(__name__)
 
@@ -399,3 +407,7 @@ class ScenarioContext:
                 ErrorCode.INVALID_ARGUMENT, f"fault {name}: {response.status} {detail or ''}"
             )
         return body.get("result") if isinstance(body, dict) else None
+
+
+#: A scenario: one coroutine function run once per session of a fleet.
+Scenario = Callable[["AvatarSession", ScenarioContext], Awaitable[Any]]

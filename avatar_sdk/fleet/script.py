@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 
 from ..errors import AvatarError, ErrorCode
-from .context import ScenarioContext
+from .context import Scenario, ScenarioContext
 
 if TYPE_CHECKING:
     from ..events.bus import Expectation
     from ..session.facade import AvatarSession
-    from .worker import Scenario
 
 __all__ = ["SCHEMA", "load_script", "parse_script", "script_scenario"]
 

@@ -14,13 +14,13 @@ import importlib.util
 import itertools
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from .context import AudioProbe, ScenarioContext, TurnIds, sleep_unless
+from .context import AudioProbe, Scenario, ScenarioContext, TurnIds, sleep_unless
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ __all__ = ["Emit", "Scenario", "classify", "load_scenario", "resolve_ref", "run_
 
 log = sdk_logger(__name__)
 
-Scenario = Callable[["AvatarSession", ScenarioContext], Awaitable[Any]]
 Emit = Callable[[Measurement], None]
 
 SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")

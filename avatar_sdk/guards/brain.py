@@ -13,13 +13,12 @@ import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..transport.genie import GenieClient
 from ..wire import (
     AgentEndTurn,
     AgentInterrupted,
@@ -38,6 +37,27 @@ from ..wire import (
 from .spiral import SpiralBreaker
 from .tools import ArgsSchema, PendingAcks, ToolTracker
 from .watchdogs import PendingResponse, StallWatchdog
+
+
+class AckOutcome(Protocol):
+    """How one acknowledgement request went (the transport's answer, read-only here)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def status(self) -> int | None: ...
+
+
+class ToolAckSender(Protocol):
+    """The I/O port for tool acknowledgements: the session hands in its genie client, so the
+    guards keep the bookkeeping (which call waits, stale or rebuilt) and import no transport."""
+
+    async def tool_response(
+        self, *, tool_name: str, call_id: str, response: Any, timeout: float
+    ) -> AckOutcome: ...
+
 
 log = sdk_logger(__name__)
 
@@ -266,7 +286,7 @@ class ConversationGuards:
             self._emit("tool_call_result", {"call": payload, "ok": True, "value": value})
 
     async def respond_to_tool(
-        self, genie: GenieClient | None, call_id: str, result: Any
+        self, genie: ToolAckSender | None, call_id: str, result: Any
     ) -> dict[str, Any]:
         """Acknowledge a waiting tool call; the outcome, never an exception for HTTP trouble."""
         if not isinstance(call_id, str) or not call_id:

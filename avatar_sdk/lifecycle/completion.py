@@ -41,6 +41,7 @@ from ..clock import SYSTEM_CLOCK, Clock, Timer
 from ..logs import sdk_logger
 from ..transport.genie import GenieClient, GenieOutcome
 from .leases import LEASE_DIR_ENV, ThreadLease, ThreadLeases, default_lease_dir, default_leases
+from .shutdown import ShutdownHooks, default_hooks, log_task_error
 
 log = sdk_logger(__name__)
 
@@ -356,7 +357,3 @@ class IdleTimer:
         if inspect.isawaitable(result):
             self._task = asyncio.ensure_future(result)
             self._task.add_done_callback(log_task_error)
-
-
-# Re-exported: the shutdown hooks live in their own module.
-from .shutdown import ShutdownHooks, default_hooks, log_task_error  # noqa: E402

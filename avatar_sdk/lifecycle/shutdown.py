@@ -26,7 +26,7 @@ from ..logs import sdk_logger
 if TYPE_CHECKING:
     from .completion import CompletionSignal
 
-log = sdk_logger("avatar_sdk.lifecycle.completion")
+log = sdk_logger("avatar_sdk.lifecycle")
 
 #: Guards the creation of the process-wide ShutdownHooks.
 _hooks_lock = threading.Lock()

@@ -27,7 +27,7 @@ from .machine import SessionMachine
 from .slot import LinkSlot
 from .supervisor import Supervisor
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 #: What an ``ended`` event without an error code says to a person.
 _ENDED_MESSAGES = {

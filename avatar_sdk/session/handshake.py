@@ -32,29 +32,6 @@ from ..wire import (
 )
 from .machine import step_timeout
 
-#: Server events answered once per connect; the connect sequence waits for them.
-HANDSHAKE_EVENTS = frozenset(
-    {
-        In.ON_SERVER_CONNECTED,
-        In.CLIENT_CONFIGURATION,
-        In.JOIN_COMPLETE,
-        In.STV_NEW_SESSION,
-        In.SHOW_AGENT,
-        In.ASK_PERMISSIONS,
-        In.ASR_WEBRTC_READY,
-        In.ASR_WEBRTC_ANSWER,
-    }
-)
-
-#: Server verdicts that end a connect attempt, and the code each maps to.
-FATAL_EVENTS: dict[str, ErrorCode] = {
-    In.THROW_TO_NO_AGENT: ErrorCode.CAPACITY_UNAVAILABLE,
-    In.THROW_TO_EXCEEDED_TIER: ErrorCode.TIER_EXCEEDED,
-    In.THROW_TO_BAD_REQUEST: ErrorCode.BAD_REQUEST,
-    In.REMOVE_PEER: ErrorCode.PEER_REMOVED,
-    In.UNSUPPORTED_CLIENT: ErrorCode.UNSUPPORTED_CLIENT,
-}
-
 
 class Handshake:
     """Handshake events of one socket, available to waits that start before or after them."""

@@ -19,8 +19,8 @@ from ..errors import AvatarError, Category, ErrorCode
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer
 from ..logs import sdk_logger
-from ..transport.csr import IO_SERVER_DISCONNECT
 from ..wire import InboundEvent
+from ..wire.disconnect import IO_SERVER_DISCONNECT
 from .conversation import ConversationView
 from .endings import Endings
 from .link import ServerLink
@@ -31,7 +31,7 @@ from .slot import LinkSlot
 from .turn_sender import TurnDesk
 from .user_state import UserState
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 

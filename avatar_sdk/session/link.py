@@ -39,8 +39,6 @@ from ..wire import (
     parse_event,
 )
 from .handshake import (
-    FATAL_EVENTS,
-    HANDSHAKE_EVENTS,
     Advance,
     Deadline,
     Handshake,
@@ -48,6 +46,7 @@ from .handshake import (
     run_handshake,
     wait_step,
 )
+from .router import FATAL_EVENTS, HANDSHAKE_EVENTS
 
 log = sdk_logger(__name__)
 

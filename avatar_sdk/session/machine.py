@@ -33,7 +33,7 @@ from transitions.extensions.nesting import HierarchicalMachine, NestedState
 from ..config import SessionConfig
 from ..errors import ErrorCode
 from ..logs import MACHINE_NAME, sdk_logger
-from ..transport.csr import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
+from ..wire.disconnect import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
 
 log = sdk_logger(__name__)
 

@@ -31,7 +31,7 @@ from .link import ServerLink
 from .machine import SessionMachine, decide_media_down
 from .slot import LinkSlot, record_recovery
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 #: Media codes after which retrying in place is pointless (the server session is gone, or
 #: the socket under the signalling is down: the socket tier decides then).

@@ -34,7 +34,7 @@ from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_c
 from .media_recovery import MediaTier
 from .slot import LinkSlot, Outcome, record_recovery
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 #: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
 #: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.

@@ -22,11 +22,34 @@ from ..wire import (
     StvStartedTalking,
     UserStartedTalking,
 )
-from .handshake import FATAL_EVENTS
 
 #: Session-error codes from the agent process, and what they mean for the session.
 AGENT_RESTARTED_CODES: Final = frozenset({"AGENT_CHILD_CRASHED_RESTARTED"})
 AGENT_FATAL_CODES: Final = frozenset({"AGENT_CHILD_CRASHED", "AGENT_HANDLER_FAILED"})
+
+
+#: Server events answered once per connect; the connect sequence waits for them.
+HANDSHAKE_EVENTS = frozenset(
+    {
+        In.ON_SERVER_CONNECTED,
+        In.CLIENT_CONFIGURATION,
+        In.JOIN_COMPLETE,
+        In.STV_NEW_SESSION,
+        In.SHOW_AGENT,
+        In.ASK_PERMISSIONS,
+        In.ASR_WEBRTC_READY,
+        In.ASR_WEBRTC_ANSWER,
+    }
+)
+
+#: Server verdicts that end a connect attempt, and the code each maps to.
+FATAL_EVENTS: dict[str, ErrorCode] = {
+    In.THROW_TO_NO_AGENT: ErrorCode.CAPACITY_UNAVAILABLE,
+    In.THROW_TO_EXCEEDED_TIER: ErrorCode.TIER_EXCEEDED,
+    In.THROW_TO_BAD_REQUEST: ErrorCode.BAD_REQUEST,
+    In.REMOVE_PEER: ErrorCode.PEER_REMOVED,
+    In.UNSUPPORTED_CLIENT: ErrorCode.UNSUPPORTED_CLIENT,
+}
 
 
 @dataclass(frozen=True, slots=True)

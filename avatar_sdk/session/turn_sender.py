@@ -41,7 +41,7 @@ from ..wire import (
 from .machine import SessionMachine
 from .turns import TurnGate, TurnLedger
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
 MAX_HELD_TURNS = 32

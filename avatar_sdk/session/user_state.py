@@ -34,7 +34,7 @@ from .link import ServerLink
 from .machine import SessionMachine
 from .slot import LinkSlot
 
-log = sdk_logger("avatar_sdk.session.facade")
+log = sdk_logger("avatar_sdk.session")
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 

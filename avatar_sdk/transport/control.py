@@ -23,7 +23,8 @@ from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..redact import register_secret
-from .csr import RecoveringAsyncClient, is_recoverable
+from ..wire.disconnect import is_recoverable
+from .csr import RecoveringAsyncClient
 from .frame_guard import ProtocolErrorSink, guarded_websocket
 from .tls import connector, tls_error, unreachable_error
 

@@ -52,6 +52,14 @@ from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
 from ..logs import sdk_logger, warnings_only
+from ..wire.disconnect import (
+    IO_CLIENT_DISCONNECT,
+    IO_SERVER_DISCONNECT,
+    IO_SERVER_REFUSED,
+    MESSAGE_TOO_BIG,
+    TRANSPORT_CLOSE,
+    TRANSPORT_ERROR,
+)
 from .frame_guard import (
     UNKNOWN_EVENT,
     ProtocolErrorSink,
@@ -71,32 +79,7 @@ _CLOSE_ANSWER_GRACE = 0.05
 #: Bound on engine.io's own teardown steps (its loops stopping, its disconnect handler).
 _LOOP_EXIT_TIMEOUT = 1.0
 
-#: Disconnect reasons, in the Socket.IO (JavaScript) vocabulary the protocol uses.
-TRANSPORT_CLOSE = "transport close"
-TRANSPORT_ERROR = "transport error"
-PING_TIMEOUT = "ping timeout"
-FORCED_CLOSE = "forced close"
-IO_SERVER_DISCONNECT = "io server disconnect"
-IO_CLIENT_DISCONNECT = "io client disconnect"
-
-#: The server answered CONNECT_ERROR for the namespace this client is connected to. Not in
-#: Socket.IO's vocabulary (a JS client would destroy the socket): the transport is dropped and
-#: the session machine treats it as a loss worth one socket-tier recovery, whose own CONNECT
-#: answer then tells a glitch (recovered) from a refusal (``auth_failed``) or a lost session.
-IO_SERVER_REFUSED = "io server refused"
-#: A message over ``max_message_size`` killed the transport (websocket close code 1009).
-#: Connection-state recovery would replay that same message: the session rebuilds instead.
-MESSAGE_TOO_BIG = "message too big"
-
-#: Reasons after which the server keeps the session for recovery.
-RECOVERABLE_REASONS = frozenset({TRANSPORT_CLOSE, TRANSPORT_ERROR, PING_TIMEOUT, FORCED_CLOSE})
-
 AuthProvider = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
-
-
-def is_recoverable(reason: str) -> bool:
-    """Whether a disconnect reason leaves a session the server can restore."""
-    return reason in RECOVERABLE_REASONS
 
 
 class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]

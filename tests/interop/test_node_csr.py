@@ -18,11 +18,11 @@ import pytest_asyncio
 import socketio
 from socketio import packet as sio_packet
 
-from avatar_sdk.transport.csr import (
+from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.wire.disconnect import (
     IO_CLIENT_DISCONNECT,
     IO_SERVER_DISCONNECT,
     PING_TIMEOUT,
-    RecoveringAsyncClient,
     is_recoverable,
 )
 

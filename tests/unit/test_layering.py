@@ -1,0 +1,286 @@
+"""The package's layering, read from its import graph (static, from the source text).
+
+The folder tree is the code map: a module imports only from its own layer or below, no import
+cycle crosses a folder, and the pure modules (the wire protocol, the machine, the router, the
+guard and cadence arithmetic) reach no asyncio, socket or transport code, directly or through
+what they import. Each rule is checked on the real tree, and each check is shown to catch a
+planted violation, so none of them can pass vacuously.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+import avatar_sdk
+
+PACKAGE = Path(avatar_sdk.__file__).parent
+
+#: Layer of each top-level room (a folder, or a root module), lowest first.
+LAYERS: dict[str, int] = {
+    # the basics every layer shares, and the pure wire protocol
+    **dict.fromkeys(
+        [
+            "__init__", "_lazy", "_version", "besteffort", "clock", "config", "errors",
+            "logs", "redact", "troubleshooting", "urls", "wire",
+        ],
+        0,
+    ),
+    "media": 1,
+    "transport": 2,
+    **dict.fromkeys(["events", "guards", "lifecycle"], 3),
+    "session": 4,
+    **dict.fromkeys(["chat", "scripted", "integrations", "telemetry", "testing"], 5),
+    # the fleet runner drives the staging backend's fault API (ScenarioContext.fault)
+    "fleet": 6,
+    "_cli": 7,
+}  # fmt: skip
+
+#: Modules that must stay pure: no asyncio, no sockets, no transport, however indirect.
+PURE = [
+    "avatar_sdk.wire",
+    "avatar_sdk.session.machine",
+    "avatar_sdk.session.router",
+    "avatar_sdk.session.turns",
+    "avatar_sdk.guards.spiral",
+    "avatar_sdk.guards.watchdogs",
+    "avatar_sdk.guards.tools",
+    "avatar_sdk.transport.cadence",
+]
+FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")
+#: At run time ``asyncio`` and ``socket`` are loaded by the state-machine library itself
+#: (``transitions.extensions`` imports its asyncio machine), so the run-time check looks for
+#: the network stacks; the static check above holds the SDK's own imports to the full list.
+NETWORK_LIBS = ("socketio", "engineio", "aiohttp", "aiortc", "aioice")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(source: str, module: str, is_package: bool, *, top_level_only: bool) -> set[str]:
+    """Absolute names imported by one module. ``top_level_only``: only what runs at import
+    time (module-level statements outside ``if TYPE_CHECKING``), the graph of import cycles
+    and of purity; otherwise every import, type-only and function-level ones included."""
+    tree = ast.parse(source)
+    found: set[str] = set()
+    package = module.split(".") if is_package else module.split(".")[:-1]
+
+    def visit(nodes: Iterable[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and _is_type_checking(node):
+                if not top_level_only:
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    for child in getattr(node, field, []):
+                        visit([child] if isinstance(child, ast.stmt) else child.body)
+            elif not top_level_only:
+                visit([n for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node])
+
+    visit(tree.body)
+    return found
+
+
+def graph(*, top_level_only: bool) -> dict[str, set[str]]:
+    """SDK module -> the SDK modules (and third-party top names) it imports."""
+    sources = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    out: dict[str, set[str]] = {}
+    for name, path in sources.items():
+        raw = imports_of(
+            path.read_text(), name, path.name == "__init__.py", top_level_only=top_level_only
+        )
+        edges = {n for n in raw if n in sources}
+        edges |= {n.split(".")[0] for n in raw if not n.startswith("avatar_sdk")}
+        edges.discard(name)
+        out[name] = edges
+    return out
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in edges.items():
+        if module == "avatar_sdk":
+            continue  # the package door: its type-only imports are the lazy public exports
+        for target in targets:
+            if not target.startswith("avatar_sdk"):
+                continue
+            if LAYERS[room(target)] > LAYERS[room(module)]:
+                bad.append(f"{module} -> {target}")
+    return sorted(bad)
+
+
+def folder_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of modules (import-time edges) that span two rooms."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:  # Tarjan, recursion depth = the package's size
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in edges:
+                continue
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len({room(m) for m in group}) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            strongconnect(v)
+    return groups
+
+
+def reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Everything ``start`` loads at import time, its parent packages' ``__init__`` included."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]))
+        todo.extend(edges.get(m, ()))
+    return seen
+
+
+def impurities(edges: dict[str, set[str]], start: str) -> list[str]:
+    loaded = reach(edges, start)
+    return sorted(
+        m
+        for m in loaded
+        if m in FORBIDDEN_LIBS
+        or (
+            m.startswith("avatar_sdk.transport")
+            and m != start
+            and m not in ("avatar_sdk.transport",)
+        )
+    )
+
+
+def test_every_room_has_a_layer() -> None:
+    rooms = {room(module_name(p)) for p in PACKAGE.rglob("*.py")}
+    assert rooms <= set(LAYERS), sorted(rooms - set(LAYERS))
+
+
+def test_no_import_climbs_a_layer() -> None:
+    assert layer_violations(graph(top_level_only=False)) == []
+
+
+def test_no_import_cycle_crosses_a_folder() -> None:
+    assert folder_cycles(graph(top_level_only=True)) == []
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_reach_no_io(module: str) -> None:
+    assert impurities(graph(top_level_only=True), module) == []
+
+
+def test_pure_modules_load_no_io_when_imported() -> None:
+    """The same rule at run time: a fresh interpreter that imports every pure module has
+    loaded none of the network stacks (catches what a static reading could miss)."""
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in PURE)
+        + f"print(sorted(m for m in {NETWORK_LIBS!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_root_holds_only_the_basics() -> None:
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert root == sorted(name for name, layer in LAYERS.items() if layer == 0 and name != "wire")
+
+
+# -- each check can fail -------------------------------------------------------------------
+def test_a_planted_upward_import_is_caught() -> None:
+    edges = graph(top_level_only=False)
+    edges["avatar_sdk.wire.names"] = {*edges["avatar_sdk.wire.names"], "avatar_sdk.session.facade"}
+    assert layer_violations(edges) == ["avatar_sdk.wire.names -> avatar_sdk.session.facade"]
+
+
+def test_a_planted_cross_folder_cycle_is_caught() -> None:
+    edges = graph(top_level_only=True)
+    edges["avatar_sdk.transport.genie"] = {
+        *edges["avatar_sdk.transport.genie"],
+        "avatar_sdk.lifecycle.completion",
+    }
+    cycles = folder_cycles(edges)
+    assert any("avatar_sdk.transport.genie" in group for group in cycles)
+
+
+def test_a_planted_impurity_is_caught_through_an_intermediate() -> None:
+    edges = graph(top_level_only=True)
+    edges["avatar_sdk.errors"] = {*edges["avatar_sdk.errors"], "avatar_sdk.transport.control"}
+    found = impurities(edges, "avatar_sdk.session.machine")
+    assert "avatar_sdk.transport.control" in found
+    assert "asyncio" in found
+
+
+def test_type_only_and_function_level_imports_are_told_apart() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import json\n"
+        "if TYPE_CHECKING:\n    from .session.facade import AvatarSession\n"
+        "def f():\n    import asyncio\n"
+    )
+    runtime = imports_of(source, "avatar_sdk.x", False, top_level_only=True)
+    every = imports_of(source, "avatar_sdk.x", False, top_level_only=False)
+    assert "json" in runtime
+    assert "asyncio" not in runtime
+    assert "avatar_sdk.session.facade" not in runtime
+    assert {"asyncio", "avatar_sdk.session.facade", "json"} <= every
