@@ -65,10 +65,8 @@ class Endings:
 
     async def end(self, reason: str, code: ErrorCode | None) -> None:
         """Graceful end: ``disconnecting`` → teardown → ``ended``."""
-        if self.machine.terminal or self.machine.is_in("disconnecting"):
-            return
         if not self.machine.try_fire("end"):
-            return
+            return  # already ending or ended: "end" is declared from live states only
         completing: asyncio.Task[None] | None = None
         if reason in _COMPLETING or (
             reason == "conversation_ended" and self.config.complete_on_server_end
@@ -97,7 +95,7 @@ class Endings:
         """Terminal failure: ``error`` event, teardown, ``failed``, ``ended``."""
         if self.machine.terminal:
             return
-        self.machine.set(reason=str(error.code), category=str(error.category))
+        self.machine.note_cause(error)
         self.bus.emit("error", error.as_event())
         self.machine.fire("fail")
         # A fatal end is not the end of the conversation: the app may continue the thread.

@@ -278,7 +278,7 @@ class AvatarSession(EventSource):
         Bounded by ``config.overall_connect_timeout``. Cancelling it tears everything down
         within ``config.close_timeout``.
         """
-        if not self._machine.is_in("idle"):
+        if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
         self._connect_task = asyncio.current_task()
         started = self._clock.monotonic()
@@ -320,8 +320,7 @@ class AvatarSession(EventSource):
             self._endings.unregister_signals = hooks.register(self.close)
         self._idle.start()
         if cfg.brain_stall_timeout > 0:
-            live = lambda: self._machine.is_in("connected")  # noqa: E731
-            spawn(self._guards.run_watchdog(live), "brain-watchdog")
+            spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
 
     async def _restore_user_state(self, link: ServerLink) -> None:
         """On every new server session: the user's mute and pause hold there too."""
@@ -373,7 +372,7 @@ class AvatarSession(EventSource):
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
-        self._require_state("connected")
+        self._require(self._machine.connected)
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
 
     @property
@@ -389,11 +388,11 @@ class AvatarSession(EventSource):
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
         ``paused``; a cold reconnect pauses the new server session too."""
-        self._require_state("connected", "recovering_media")
+        self._require(self._machine.usable)
         await self._send(Out.PAUSE_CONVERSATION, build_empty())
         if not self._machine.try_fire("pause"):
             # A recovery started while the pause went out: it returns to paused.
-            self._require_state("reconnecting", "cold_reconnecting", "recovering_media")
+            self._require(self._machine.recovering)
             self._machine.set(user_paused=True)
 
     async def resume(self) -> None:
@@ -403,7 +402,7 @@ class AvatarSession(EventSource):
         asks for a new STV session, rebuilds both peers and approves again before it counts
         as connected; a failure there ends the session (``resume_failed``).
         """
-        self._require_state("paused")
+        self._require(self._machine.paused)
         await self._send(Out.RESUME_CONVERSATION, build_empty())
         self._user.resume_sent()
         link = self._slot.current
@@ -415,12 +414,13 @@ class AvatarSession(EventSource):
                 raise
         if not self._machine.try_fire("resume"):
             # A recovery started meanwhile: it returns to connected, not paused.
-            self._require_state("reconnecting", "cold_reconnecting")
+            self._require(self._machine.link_recovering)
             self._machine.set(user_paused=False)
         await self._desk.flush()
 
-    def _require_state(self, *states: str) -> None:
-        if not self._machine.is_in(*states):
+    def _require(self, allowed: bool) -> None:
+        """``allowed`` is a machine predicate: the call is refused in any other state."""
+        if not allowed:
             raise AvatarError(ErrorCode.INVALID_STATE, f"not allowed in state {self.state}")
 
     async def _send(self, event: str, payload: Any) -> None:
@@ -448,6 +448,6 @@ class AvatarSession(EventSource):
         await self._endings.end("closed", None)
 
     def _on_idle(self) -> None:
-        if self._machine.is_in("connected", "paused"):
+        if self._machine.live:
             self._emit("idle_timeout", {"after": self.config.idle_timeout})
             self._supervisor.spawn(self._endings.end("idle_timeout", None), "idle-end")

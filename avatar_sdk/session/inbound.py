@@ -75,9 +75,9 @@ class InboundHandler:
 
     def _apply(self, name: str, event: InboundEvent) -> None:
         m, spawn = self.machine, self.spawn
-        routing = route(name, event, connecting=m.is_in("connecting", "cold_reconnecting"))
+        routing = route(name, event, connecting=m.handshaking)
         if routing.fatal is not None:
-            if m.is_in("connected", "paused", "reconnecting", "recovering_media"):
+            if m.in_conversation:
                 spawn(self.endings.fail(routing.fatal, reason=str(routing.fatal.code)), "fail")
             return
         if routing.session_error is not None:
@@ -105,7 +105,7 @@ class InboundHandler:
         if routing.activity:
             self.idle.touch()
         spiral = self.guards.observe(event)
-        if spiral is not None and m.is_in("connected", "recovering_media"):
+        if spiral is not None and m.usable:
             spawn(self._recover_from_spiral(), "spiral-recovery")
         if routing.conversation_ended:
             spawn(self.endings.end("conversation_ended", ErrorCode.SERVER_ENDED), "end")
@@ -118,7 +118,7 @@ class InboundHandler:
         code = (
             ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
         )
-        if decision.action == "abort_connect" or self.machine.is_in("cold_reconnecting"):
+        if decision.action == "abort_connect" or self.machine.cold_reconnecting:
             link.handshake.fail(AvatarError(code, reason))
         elif decision.action == "recover_socket":
             self.spawn(self.recovery.recover_socket(link, reason), "socket-recovery")
@@ -131,7 +131,7 @@ class InboundHandler:
         """The socket cannot be resumed (it would be handed the same poisoned message
         again): a brand-new link, same thread."""
         if self.machine.try_fire("session_lost"):
-            self.machine.set(reason=reason, category=str(Category.SERVER))
+            self.machine.note_cause(reason, Category.SERVER)
             await self.recovery.recover_cold(reason)
 
     # -- agent restart ----------------------------------------------------------------------
@@ -158,7 +158,7 @@ class InboundHandler:
         outcome = await self.recovery.recover_cold("tool_spiral_hard_limit")
         if not (outcome.ok and self.config.recover_from_spiral and text):
             return
-        if not self.machine.is_in("connected"):
+        if not self.machine.connected:
             return
         self.guards.last_turn_text = None
         if await self.desk.resend_after_spiral(text):

@@ -31,7 +31,7 @@ from transitions import MachineError
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from ..config import SessionConfig
-from ..errors import ErrorCode
+from ..errors import AvatarError, Category, ErrorCode
 from ..logs import MACHINE_NAME, sdk_logger
 from ..wire.disconnect import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
 
@@ -74,6 +74,21 @@ LIVE: Final = [
     "paused",
 ]
 
+# Groups of top-level states, each named for the question it answers. They are written here
+# only: the rest of the SDK asks the machine's predicates below, never lists states itself.
+#: The server link is up and serves the conversation (a socket probe or a drop means something).
+LINK_UP: Final = ("connected", "paused", "recovering_media")
+#: A server session was joined on this link and has not ended (its verdicts end the session).
+IN_CONVERSATION: Final = (*LINK_UP, "reconnecting")
+#: The conversation runs: a turn goes out now, media flows and is watched.
+USABLE: Final = ("connected", "recovering_media")
+#: A turn is taken: sent now, or held until the session is usable again.
+TAKES_TURNS: Final = ("reconnecting", "cold_reconnecting", "queued", *USABLE)
+#: The socket or cold tier is rebuilding the link.
+LINK_RECOVERING: Final = ("reconnecting", "cold_reconnecting")
+#: A connect sequence runs on the current link (the first one, or a cold rebuild's).
+HANDSHAKING: Final = ("connecting", "cold_reconnecting")
+
 # (trigger, source(s), destination[, condition]). The only transitions that exist. A
 # condition names a MachineData flag; the first declared transition whose condition holds wins.
 TRANSITIONS: Final[list[tuple[Any, ...]]] = [
@@ -91,7 +106,7 @@ TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     ("capacity_unavailable", ["connecting", "cold_reconnecting"], "queued"),
     ("retry", "queued", "connecting/socket"),
     # tier 1: socket-transport recovery (connection-state recovery, no re-join)
-    ("transport_lost", ["connected", "paused", "recovering_media"], "reconnecting"),
+    ("transport_lost", list(LINK_UP), "reconnecting"),
     ("transport_lost", "reconnecting", "reconnecting"),
     ("recovered", "reconnecting", "paused", "user_paused"),
     ("recovered", "reconnecting", "connected"),
@@ -101,7 +116,7 @@ TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     ("media_recovered", "recovering_media", "connected"),
     # tier 3: cold reconnect on a brand-new socket, same thread
     ("recovery_failed", "reconnecting", "cold_reconnecting"),
-    ("session_lost", ["connected", "paused", "recovering_media"], "cold_reconnecting"),
+    ("session_lost", list(LINK_UP), "cold_reconnecting"),
     ("session_lost", "reconnecting", "cold_reconnecting"),
     ("cold_reconnected", "cold_reconnecting", "paused", "user_paused"),
     ("cold_reconnected", "cold_reconnecting", "connected"),
@@ -331,6 +346,83 @@ class SessionMachine:
         internal = self._model.state
         return any(internal == n or internal.startswith(n + "/") for n in names)
 
+    # -- the rules about states (predicates; the only place state groups are spelled) ------
+    @property
+    def idle(self) -> bool:
+        """Not started yet: ``connect()`` may run."""
+        return self.is_in("idle")
+
+    @property
+    def connected(self) -> bool:
+        """Connected and not paused nor recovering anything."""
+        return self.is_in("connected")
+
+    @property
+    def paused(self) -> bool:
+        return self.is_in("paused")
+
+    @property
+    def live(self) -> bool:
+        """A conversation in progress on a working link (``connected`` or ``paused``): what
+        ``health()`` calls live, and what an idle timeout may end."""
+        return self.is_in("connected", "paused")
+
+    @property
+    def link_up(self) -> bool:
+        """The link is up and serves the conversation (see :data:`LINK_UP`)."""
+        return self.is_in(*LINK_UP)
+
+    @property
+    def in_conversation(self) -> bool:
+        """A joined server session that has not ended (see :data:`IN_CONVERSATION`)."""
+        return self.is_in(*IN_CONVERSATION)
+
+    @property
+    def usable(self) -> bool:
+        """Turns go out now and media is watched (see :data:`USABLE`)."""
+        return self.is_in(*USABLE)
+
+    @property
+    def takes_turns(self) -> bool:
+        """A turn is accepted: sent now or held for later (see :data:`TAKES_TURNS`)."""
+        return self.is_in(*TAKES_TURNS)
+
+    @property
+    def may_send_turn(self) -> bool:
+        """A user turn may go out right now: usable, with the agent there (not restarting)."""
+        return self.usable and not self.data.agent_restarting
+
+    @property
+    def recovering_media(self) -> bool:
+        return self.is_in("recovering_media")
+
+    @property
+    def link_recovering(self) -> bool:
+        """The socket or the cold tier is rebuilding the link."""
+        return self.is_in(*LINK_RECOVERING)
+
+    @property
+    def recovering(self) -> bool:
+        """Any recovery tier is running (socket, cold or media)."""
+        return self.link_recovering or self.recovering_media
+
+    @property
+    def cold_reconnecting(self) -> bool:
+        return self.is_in("cold_reconnecting")
+
+    @property
+    def handshaking(self) -> bool:
+        """A connect sequence runs on the current link (see :data:`HANDSHAKING`)."""
+        return self.is_in(*HANDSHAKING)
+
+    def note_cause(self, cause: AvatarError | str, category: Category | str | None = None) -> None:
+        """Record why the session left its course (``health().reason`` / ``category``): an
+        error's code and category, or a reason word with its category."""
+        if isinstance(cause, AvatarError):
+            self.set(reason=str(cause.code), category=str(cause.category))
+        else:
+            self.set(reason=cause, category=None if category is None else str(category))
+
     def can(self, trigger: str) -> bool:
         return trigger in self._machine.get_triggers(self._model.state)
 
@@ -367,7 +459,7 @@ class SessionMachine:
 
     def health(self) -> Health:
         """Upstream health, read from the state and its data."""
-        if self.is_in("connected", "paused"):
+        if self.live:
             return Health("live")
         upstream = (
             "failed"

@@ -83,7 +83,7 @@ class MediaTier:
             tick += 1
             link = self._slot.current
             lanes = link.lanes if link is not None else None
-            if lanes is None or not self._machine.is_in("connected", "recovering_media"):
+            if lanes is None or not self._machine.usable:
                 since = {"asr": None, "stv": None}
                 continue
             if lanes is not watched:
@@ -147,10 +147,8 @@ class MediaTier:
     ) -> None:
         if link is None:
             return
-        if self._machine.is_in("connected") and not self._machine.try_fire("media_down"):
-            return
-        if not self._machine.is_in("recovering_media"):
-            return
+        if not (self._machine.try_fire("media_down") or self._machine.recovering_media):
+            return  # media_down is declared from connected only; a running recovery is joined
         self._media_tasks[channel] = self._spawn(
             self._recover_channel(link, lanes, channel, why), f"media-recovery-{channel}"
         )
@@ -193,7 +191,7 @@ class MediaTier:
             if self._media_tasks.get(channel) is asyncio.current_task():
                 del self._media_tasks[channel]
         duration = self._clock.monotonic() - started
-        if not self._machine.is_in("recovering_media") or lanes is not link.lanes:
+        if not self._machine.recovering_media or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
         if not self._media_tasks and not self._machine.try_fire("media_recovered"):
             return
@@ -212,14 +210,14 @@ class MediaTier:
     async def _media_failed(
         self, link: ServerLink, lanes: MediaLanes, channel: str, error: AvatarError
     ) -> None:
-        if not self._machine.is_in("recovering_media"):
+        if not self._machine.recovering_media:
             return  # the socket dropped meanwhile: its tier decides, media is re-checked after
         if link is not self._slot.current or lanes is not link.lanes:
             return  # a replaced link's recovery: the current one is judged on its own
         for other, task in list(self._media_tasks.items()):
             if other != channel:
                 task.cancel()
-        self._machine.set(reason=str(error.code), category=str(error.category))
+        self._machine.note_cause(error)
         self._machine.fire("session_lost")
         await self._escalate(f"media recovery failed ({error.code})")
 
@@ -230,7 +228,7 @@ class MediaTier:
             await self._clock.sleep(interval)
             link = self._slot.current
             lanes = link.lanes if link is not None else None
-            if lanes is None or not self._machine.is_in("connected"):
+            if lanes is None or not self._machine.connected:
                 continue
             for channel, peer in (("asr", lanes.asr), ("stv", lanes.stv)):
                 if peer is None or peer.pc.connectionState != "connected":

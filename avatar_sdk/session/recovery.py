@@ -102,7 +102,7 @@ class RecoveryController:
         record_recovery(self._stats, tier, duration)
 
     def _note(self, error: AvatarError) -> None:
-        self._machine.set(reason=str(error.code), category=str(error.category))
+        self._machine.note_cause(error)
 
     # -- admission: the first connect, queued while there is no capacity ------------------
     async def admit(self, advance: Callable[[str], None]) -> None:
@@ -119,7 +119,7 @@ class RecoveryController:
         async def queue(state: RetryCallState) -> None:
             await self._release_link()
             m.fire("capacity_unavailable")
-            m.set(reason="capacity_unavailable", category="capacity")
+            m.note_cause("capacity_unavailable", Category.CAPACITY)
             self._emit(
                 "queued", {"attempt": state.attempt_number, "retry_in": state.upcoming_sleep}
             )
@@ -182,7 +182,7 @@ class RecoveryController:
         started = clock.monotonic()
         window_ends = started + cfg.reconnect_window
         attempts = max(1, cfg.max_reconnect_attempts)
-        self._machine.set(reason=reason, category=str(Category.NETWORK))
+        self._machine.note_cause(reason, Category.NETWORK)
 
         def wait(state: RetryCallState) -> float:
             delay = SOCKET_TIER_POLICY.delay(state.attempt_number + 1)
@@ -359,7 +359,7 @@ class RecoveryController:
             link = self._slot.current
             if link is None or not link.connected:
                 continue
-            if not self._machine.is_in("connected", "paused", "recovering_media"):
+            if not self._machine.link_up:
                 continue
             if clock.monotonic() - link.channel.last_activity < cfg.socket_probe_interval:
                 continue

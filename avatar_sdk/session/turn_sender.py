@@ -48,10 +48,6 @@ MAX_HELD_TURNS = 32
 #: Longest an uninterruptible agent turn (the greeting) may hold user turns, seconds: a
 #: spoken greeting lasts seconds; past this its closing events are taken as lost.
 UNINTERRUPTIBLE_CAP = 60.0
-#: States in which a turn can go out now (with the agent there).
-_USABLE = ("connected", "recovering_media")
-#: States in which a turn waits for the session to be usable again.
-_WAITING = ("reconnecting", "cold_reconnecting", "queued", *_USABLE)
 
 Send = Callable[[str, Any], Awaitable[None]]
 
@@ -103,7 +99,7 @@ class TurnDesk:
                 # The socket died under us and its recovery has not started yet: hold.
                 if error.code is not ErrorCode.TRANSPORT_CLOSED or m.terminal:
                     raise
-        elif not m.is_in(*_WAITING):
+        elif not m.takes_turns:
             raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {m.state}")
         if len(self._held) >= MAX_HELD_TURNS:
             raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
@@ -114,8 +110,7 @@ class TurnDesk:
         await fut
 
     def _usable(self) -> bool:
-        m = self._machine
-        return m.is_in(*_USABLE) and not m.data.agent_restarting
+        return self._machine.may_send_turn
 
     async def _send_turn(self, text: str, *, resend: bool = False) -> None:
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
@@ -238,7 +233,7 @@ class TurnDesk:
             await sleep_or(clock, left, self._evidence)
         await self._until_interruptible()  # a rebuilt session is greeting: it would drop them
         for turn in ledger.take_resends(through):
-            if not self._machine.is_in(*_USABLE):
+            if not self._machine.usable:
                 break
             await self._send_turn(turn.text, resend=True)
             self._stats["turns_resent"] += 1
@@ -271,7 +266,7 @@ class TurnDesk:
             await self._past_expected()
         if self.gate.phase != "open":
             return  # the uninterruptible turn's closing events flush them (observe_turn)
-        if join and len(self._held) > 1 and m.is_in("connected") and not m.data.agent_restarting:
+        if join and len(self._held) > 1 and m.may_send_turn:
             batch = list(self._held)
             self._held.clear()
             try:
@@ -285,7 +280,7 @@ class TurnDesk:
                 if not fut.done():
                     fut.set_result(None)
             return
-        while self._held and m.is_in("connected") and not m.data.agent_restarting:
+        while self._held and m.may_send_turn:
             text, fut = self._held.popleft()
             try:
                 await self._send_turn(text)

@@ -284,3 +284,33 @@ def test_type_only_and_function_level_imports_are_told_apart() -> None:
     assert "asyncio" not in runtime
     assert "avatar_sdk.session.facade" not in runtime
     assert {"asyncio", "avatar_sdk.session.facade", "json"} <= every
+
+
+# -- the machine holds its rules -----------------------------------------------------------
+def state_group_calls(source: str) -> list[int]:
+    """Lines that ask the machine about a hand-written list of states (``is_in(...)``) or
+    write a failure's bookkeeping by hand (``set(reason=...)``): the machine's own
+    predicates and ``note_cause`` are the one place for both."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "is_in" or (
+                node.func.attr == "set" and any(k.arg == "reason" for k in node.keywords)
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_state_list_outside_the_machine() -> None:
+    machine = PACKAGE / "session" / "machine.py"
+    found = {
+        str(p.relative_to(PACKAGE)): state_group_calls(p.read_text())
+        for p in PACKAGE.rglob("*.py")
+        if p != machine
+    }
+    assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_a_planted_state_list_is_caught() -> None:
+    source = "def f(m):\n    if m.is_in('connected', 'paused'):\n        m.set(reason='x')\n"
+    assert state_group_calls(source) == [2, 3]
