@@ -66,7 +66,7 @@ SPIRAL_RECOVERY_PREFIX: Final = "Please answer in words only this turn, without 
 #: ``respond_to_tool`` gives up after this long; the call stays pending for a retry.
 TOOL_ACK_TIMEOUT: Final = 15.0
 
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[str, dict[str, Any]], object]
 ToolHandler = Callable[..., Any]
 
 

@@ -9,7 +9,7 @@ are in, and releases in one order: waiters, tasks, link, guards, tracks, lifecyc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from ..transport.asr import UplinkTrack
 from ..transport.genie import GenieClient
 from ..transport.stv import FanoutTrack
 from .machine import SessionMachine
-from .slot import LinkSlot
+from .slot import LinkSlot, Outcome
 from .supervisor import Supervisor
 
 log = sdk_logger("avatar_sdk.session")
@@ -61,7 +61,18 @@ class Endings:
     outputs: dict[str, FanoutTrack]
     uplink_track: UplinkTrack
     fail_waiters: Callable[[AvatarError], None]
+    deliver_after_recovery: Callable[[str], Coroutine[Any, Any, None]]
     unregister_signals: Callable[[], None] | None = None
+
+    async def settle(self, outcome: Outcome) -> None:
+        """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
+        if not outcome.ok:
+            assert outcome.error is not None
+            await self.fail(outcome.error, reason=outcome.end_reason)
+            return
+        if outcome.tier == "cold":
+            self.guards.on_rebuilt()
+        self.supervisor.spawn(self.deliver_after_recovery(outcome.tier), "turn-delivery")
 
     async def end(self, reason: str, code: ErrorCode | None) -> None:
         """Graceful end: ``disconnecting`` → teardown → ``ended``."""

@@ -36,10 +36,10 @@ from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 from .conversation import ConversationView
 from .endings import Endings
 from .inbound import InboundHandler
-from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
+from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
 from .recovery import RecoveryController
-from .slot import LinkSlot, Outcome, new_stats, stats_snapshot
+from .slot import LinkSlot, new_stats, stats_snapshot
 from .supervisor import Supervisor
 from .turn_sender import TurnDesk
 from .user_state import UserState
@@ -152,7 +152,7 @@ class AvatarSession(EventSource):
             clock=self._clock,
             ssl_context=tls,
         )
-        self._guards = ConversationGuards(cfg, self._emit, clock=self._clock)
+        self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock)
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
         self._completion = CompletionSignal(
@@ -163,29 +163,29 @@ class AvatarSession(EventSource):
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
         self._desk = TurnDesk(
-            config=cfg, machine=machine, clock=self._clock, send=self._send,
-            guards=self._guards, idle=self._idle, emit=self._emit, stats=self._stats,
-        )  # fmt: skip
-        self._recovery = RecoveryController(
-            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
-            builder=self._builder, thread_id=lambda: self._view.thread_id,
-            restore=self._restore_user_state, reassert=self._user.on_same_session,
-            emit=self._emit, spawn=self._supervisor.spawn,
-            on_outcome=self._after_recovery, stats=self._stats,
+            config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
+            guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
         )  # fmt: skip
         self._endings = Endings(
             config=cfg, machine=machine, bus=self._bus, slot=self._slot,
             supervisor=self._supervisor, guards=self._guards, genie=self._genie,
             completion=self._completion, idle=self._idle, journal=self._journal,
             outputs=self._outputs, uplink_track=self._uplink_track,
-            fail_waiters=self._desk.fail_held,
+            fail_waiters=self._desk.fail_held, deliver_after_recovery=self._desk.after_recovery,
+        )  # fmt: skip
+        self._recovery = RecoveryController(
+            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
+            builder=self._builder, thread_id=lambda: self._view.thread_id,
+            restore=self._user.on_new_session, reassert=self._user.on_same_session,
+            emit=self._bus.emit, spawn=self._supervisor.spawn,
+            on_outcome=self._endings.settle, stats=self._stats,
         )  # fmt: skip
         self._inbound = InboundHandler(
             config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
             endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
             view=self._view,
             guards=self._guards, completion=self._completion, idle=self._idle,
-            emit=self._emit, stats=self._stats,
+            emit=self._bus.emit, stats=self._stats,
         )  # fmt: skip
         # Wired last: links report to the handler, which needs every part above.
         self._builder.listener = LinkListener(
@@ -322,23 +322,6 @@ class AvatarSession(EventSource):
         if cfg.brain_stall_timeout > 0:
             spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
 
-    async def _restore_user_state(self, link: ServerLink) -> None:
-        """On every new server session: the user's mute and pause hold there too."""
-        if link.lanes is not None and link.lanes.stv is not None:
-            self._machine.set(subscribed=True)
-        self._machine.set(media_released=False, agent_restarting=False)
-        await self._user.on_new_session(link)
-
-    async def _after_recovery(self, outcome: Outcome) -> None:
-        """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
-        if not outcome.ok:
-            assert outcome.error is not None
-            await self._endings.fail(outcome.error, reason=outcome.end_reason)
-            return
-        if outcome.tier == "cold":
-            self._guards.on_rebuilt()
-        self._supervisor.spawn(self._desk.after_recovery(outcome.tier), "turn-delivery")
-
     # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
         self, name: str, handler: Callable[..., Any], schema: dict[str, Any] | None = None
@@ -373,7 +356,7 @@ class AvatarSession(EventSource):
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
-        await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
+        await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
 
     @property
     def mic_enabled(self) -> bool:
@@ -389,7 +372,7 @@ class AvatarSession(EventSource):
         """Pause the conversation (the server holds the avatar). A recovery returns to
         ``paused``; a cold reconnect pauses the new server session too."""
         self._require(self._machine.usable)
-        await self._send(Out.PAUSE_CONVERSATION, build_empty())
+        await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty())
         if not self._machine.try_fire("pause"):
             # A recovery started while the pause went out: it returns to paused.
             self._require(self._machine.recovering)
@@ -403,7 +386,7 @@ class AvatarSession(EventSource):
         as connected; a failure there ends the session (``resume_failed``).
         """
         self._require(self._machine.paused)
-        await self._send(Out.RESUME_CONVERSATION, build_empty())
+        await self._slot.outbox.send(Out.RESUME_CONVERSATION, build_empty())
         self._user.resume_sent()
         link = self._slot.current
         if self._machine.data.media_released and link is not None and self._media:
@@ -422,16 +405,6 @@ class AvatarSession(EventSource):
         """``allowed`` is a machine predicate: the call is refused in any other state."""
         if not allowed:
             raise AvatarError(ErrorCode.INVALID_STATE, f"not allowed in state {self.state}")
-
-    async def _send(self, event: str, payload: Any) -> None:
-        """Emit in call order: a mute toggled just before a call goes out before it."""
-        pending = self._user.pending_emit
-        if pending is not None and not pending.done():
-            await asyncio.wait({pending})
-        link = self._slot.current
-        if link is None or not link.connected:
-            raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "no connected control channel")
-        await link.emit(event, payload)
 
     # -- endings --------------------------------------------------------------------------
     async def close(self) -> None:

@@ -52,7 +52,7 @@ class InboundHandler:
     guards: ConversationGuards
     completion: CompletionSignal
     idle: IdleTimer
-    emit: Callable[[str, dict[str, Any]], None]
+    emit: Callable[[str, dict[str, Any]], object]
     stats: dict[str, Any]
     _agent_back: asyncio.Future[None] | None = None
 

@@ -52,7 +52,7 @@ class MediaTier:
         config: SessionConfig,
         clock: Clock,
         slot: LinkSlot,
-        emit: Callable[[str, dict[str, Any]], None],
+        emit: Callable[[str, dict[str, Any]], object],
         spawn: Spawn,
         escalate: Callable[[str], Awaitable[Any]],
         socket_alive: Callable[[ServerLink], Awaitable[bool]],

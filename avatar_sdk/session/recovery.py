@@ -40,7 +40,7 @@ log = sdk_logger("avatar_sdk.session")
 #: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
 SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
 
-Emit = Callable[[str, dict[str, Any]], None]
+Emit = Callable[[str, dict[str, Any]], object]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from ..clock import Clock, sleep_or
 from ..config import SessionConfig
@@ -41,6 +41,13 @@ from ..wire import (
 from .machine import SessionMachine
 from .turns import TurnGate, TurnLedger
 
+
+class Sends(Protocol):
+    """Where turns go out: the link slot's :class:`~avatar_sdk.session.slot.Outbox`."""
+
+    async def send(self, event: str, payload: Any) -> None: ...
+
+
 log = sdk_logger("avatar_sdk.session")
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
@@ -48,8 +55,6 @@ MAX_HELD_TURNS = 32
 #: Longest an uninterruptible agent turn (the greeting) may hold user turns, seconds: a
 #: spoken greeting lasts seconds; past this its closing events are taken as lost.
 UNINTERRUPTIBLE_CAP = 60.0
-
-Send = Callable[[str, Any], Awaitable[None]]
 
 
 class TurnDesk:
@@ -61,16 +66,16 @@ class TurnDesk:
         config: SessionConfig,
         machine: SessionMachine,
         clock: Clock,
-        send: Send,
+        outbox: Sends,
         guards: ConversationGuards,
         idle: IdleTimer,
-        emit: Callable[[str, dict[str, Any]], None],
+        emit: Callable[[str, dict[str, Any]], object],
         stats: dict[str, Any],
     ) -> None:
         self._config = config
         self._machine = machine
         self._clock = clock
-        self._send = send
+        self._send = outbox.send
         self._guards = guards
         self._idle = idle
         self._emit = emit

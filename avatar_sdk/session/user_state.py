@@ -20,7 +20,6 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..errors import AvatarError
 from ..logs import sdk_logger
 from ..wire import (
     AgentStartSpeech,
@@ -50,8 +49,6 @@ class UserState:
         self._mute_toggled = False
         self._resume_unconfirmed = False
         self._approval_seen: ServerLink | None = None
-        #: The last mute/unmute emit: later sends wait for it, so they go out in call order.
-        self.pending_emit: asyncio.Task[Any] | None = None
 
     # -- the user's verbs -------------------------------------------------------------------
     def set_mic(self, enabled: bool) -> None:
@@ -64,7 +61,9 @@ class UserState:
         link = self._slot.current
         if link is not None and link.connected and not self._machine.terminal:
             event = Out.UNMUTE_USER if enabled else Out.MUTE_USER
-            self.pending_emit = self._spawn(self._emit_after(event, self.pending_emit), "mute")
+            # Posted, not awaited (a property setter): its place in the send order is taken
+            # now; a refusal is harmless, every recovery tier re-applies the mute state.
+            self._slot.outbox.post(event, build_empty(), self._spawn, "mute")
 
     def resume_sent(self) -> None:
         self._resume_unconfirmed = True
@@ -78,7 +77,11 @@ class UserState:
 
     # -- recoveries -------------------------------------------------------------------------
     async def on_new_session(self, link: ServerLink) -> None:
-        """A new server session (first connect or cold reconnect) has just been approved."""
+        """A new server session (first connect or cold reconnect) has just been approved: the
+        machine's per-session facts start afresh, and the user's mute and pause hold there."""
+        if link.lanes is not None and link.lanes.stv is not None:
+            self._machine.set(subscribed=True)
+        self._machine.set(media_released=False, agent_restarting=False)
         self._resume_unconfirmed = False
         if not self.mic_enabled:
             await link.emit(Out.MUTE_USER, build_empty())
@@ -98,15 +101,3 @@ class UserState:
             await link.emit(Out.PAUSE_CONVERSATION, build_empty())
         elif self._resume_unconfirmed:
             await link.emit(Out.RESUME_CONVERSATION, build_empty())
-
-    async def _emit_after(self, event: str, after: asyncio.Task[Any] | None) -> None:
-        if after is not None and not after.done():
-            await asyncio.wait({after})
-        link = self._slot.current
-        if link is None:
-            return
-        try:
-            await link.emit(event, build_empty())
-        except AvatarError as error:
-            # Every recovery tier re-applies the mute state: nothing is lost.
-            log.info("%s not sent (%s); the next recovery re-applies it", event, error.code)

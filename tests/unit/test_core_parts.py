@@ -4,6 +4,7 @@ cold tier's streak budget under a fake clock (no network)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -350,7 +351,7 @@ async def test_a_greeting_that_never_ends_holds_turns_only_for_the_cap() -> None
 
     config = SessionConfig(brain_stall_timeout=0)
     desk = TurnDesk(
-        config=config, machine=machine, clock=clock, send=send,
+        config=config, machine=machine, clock=clock, outbox=SimpleNamespace(send=send),
         guards=ConversationGuards(config, lambda n, d: None, clock=clock),
         idle=IdleTimer(0, lambda: None, clock=clock), emit=lambda n, d: None, stats={},
     )  # fmt: skip

@@ -293,11 +293,11 @@ def state_group_calls(source: str) -> list[int]:
     predicates and ``note_cause`` are the one place for both."""
     lines = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr == "is_in" or (
-                node.func.attr == "set" and any(k.arg == "reason" for k in node.keywords)
-            ):
-                lines.append(node.lineno)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        attr, keywords = node.func.attr, {k.arg for k in node.keywords}
+        if attr == "is_in" or (attr == "set" and "reason" in keywords):
+            lines.append(node.lineno)
     return lines
 
 

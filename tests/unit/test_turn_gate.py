@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from avatar_sdk.clock import FakeClock
@@ -97,7 +98,7 @@ def _desk(clock: FakeClock, sent: list[Any]) -> TurnDesk:
         config=config,
         machine=_connected_machine(),
         clock=clock,
-        send=send,
+        outbox=SimpleNamespace(send=send),
         guards=ConversationGuards(config, emit, clock=clock),
         idle=IdleTimer(0, lambda: None, clock=clock),
         emit=emit,
