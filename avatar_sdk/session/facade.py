@@ -122,7 +122,7 @@ class AvatarSession(EventSource):
         self._sticky_id = new_sticky_id()
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
         self._supervisor = Supervisor(self._on_task_failure)
-        self._slot = LinkSlot()
+        self._slot = LinkSlot(self._supervisor)
         self._view = ConversationView(thread_id=thread_id)
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False

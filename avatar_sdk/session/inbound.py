@@ -121,7 +121,9 @@ class InboundHandler:
         if decision.action == "abort_connect" or self.machine.cold_reconnecting:
             link.handshake.fail(AvatarError(code, reason))
         elif decision.action == "recover_socket":
-            self.spawn(self.recovery.recover_socket(link, reason), "socket-recovery")
+            self.slot.tasks(link).spawn(
+                self.recovery.recover_socket(link, reason), "socket-recovery"
+            )
         elif decision.action == "recover_cold":
             self.spawn(self._recover_cold(reason), "cold-recovery")
         elif decision.action == "end":

@@ -67,7 +67,6 @@ class MediaTier:
         self._escalate = escalate
         self._socket_alive = socket_alive
         self._stats = stats
-        self._media_tasks: dict[str, asyncio.Task[Any]] = {}
 
     async def watchdog(self) -> None:
         """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
@@ -83,7 +82,7 @@ class MediaTier:
             tick += 1
             link = self._slot.current
             lanes = link.lanes if link is not None else None
-            if lanes is None or not self._machine.usable:
+            if link is None or lanes is None or not self._machine.usable:
                 since = {"asr": None, "stv": None}
                 continue
             if lanes is not watched:
@@ -92,8 +91,9 @@ class MediaTier:
             elif tick % 3 == 0:
                 await lanes.poll_asr_reports()
             now = self._clock.monotonic()
+            tasks = self._slot.tasks(link)
             for channel in ("asr", "stv"):
-                if channel in self._media_tasks:
+                if tasks.running(channel) is not None:
                     since[channel] = None
                     continue
                 start = since[channel]
@@ -110,9 +110,10 @@ class MediaTier:
                 peer = lanes.asr if channel == "asr" else lanes.stv
                 state = peer.pc.connectionState if peer is not None else None
                 if decide_media_down(state) == "check_socket":
-                    self._media_tasks[channel] = self._spawn(
+                    tasks.spawn(
                         self._check_socket_first(link, lanes, channel, why),
                         f"media-check-{channel}",
+                        key=channel,
                     )
                 else:
                     self._start_media_recovery(link, lanes, channel, why)
@@ -132,12 +133,10 @@ class MediaTier:
         """Recover ``channel`` only if the socket answers a probe; a probe cut short by a
         drop (or unanswered: the socket is then dropped) leaves it to the socket tiers,
         after which the channel is judged again."""
-        try:
-            alive = link is not None and await self._socket_alive(link)
-        finally:
-            if self._media_tasks.get(channel) is asyncio.current_task():
-                del self._media_tasks[channel]
-        if alive and link is self._slot.current and link is not None and lanes is link.lanes:
+        alive = link is not None and await self._socket_alive(link)
+        if alive and link is not None and lanes is link.lanes:
+            # The link is still current, or this task would have been cancelled with its
+            # scope; the recovery takes over the channel's key from this check.
             self._start_media_recovery(link, lanes, channel, why)
         elif not alive:
             log.info("%s; the control socket is down too: no media recovery", why)
@@ -149,74 +148,63 @@ class MediaTier:
             return
         if not (self._machine.try_fire("media_down") or self._machine.recovering_media):
             return  # media_down is declared from connected only; a running recovery is joined
-        self._media_tasks[channel] = self._spawn(
-            self._recover_channel(link, lanes, channel, why), f"media-recovery-{channel}"
+        self._slot.tasks(link).spawn(
+            self._recover_channel(link, lanes, channel, why),
+            f"media-recovery-{channel}",
+            key=channel,
         )
 
     async def _recover_channel(
         self, link: ServerLink, lanes: MediaLanes, channel: str, reason: str
     ) -> None:
         cfg = self._config
+        started = self._clock.monotonic()
+        method = "renegotiate" if channel == "asr" else "whep_resubscribe"
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, cfg.max_media_recoveries)),
+            wait=wait_none(),
+            retry=retry_if_exception(
+                lambda e: isinstance(e, AvatarError) and e.code not in _MEDIA_FINAL
+            ),
+            sleep=self._clock.sleep,
+            reraise=True,
+        )
         try:
-            started = self._clock.monotonic()
-            method = "renegotiate" if channel == "asr" else "whep_resubscribe"
-            retrying = AsyncRetrying(
-                stop=stop_after_attempt(max(1, cfg.max_media_recoveries)),
-                wait=wait_none(),
-                retry=retry_if_exception(
-                    lambda e: isinstance(e, AvatarError) and e.code not in _MEDIA_FINAL
-                ),
-                sleep=self._clock.sleep,
-                reraise=True,
-            )
-            try:
-                async for attempt in retrying:
-                    with attempt:
-                        started = self._clock.monotonic()
-                        self._emit(
-                            "media_recovering",
-                            {
-                                "channel": channel,
-                                "method": method,
-                                "attempt": attempt.retry_state.attempt_number,
-                                "reason": reason,
-                            },
-                        )
-                        recover = lanes.recover_asr if channel == "asr" else lanes.recover_stv
-                        method = await recover(link.emit, cfg.media_recovery_timeout)
-            except AvatarError as error:
-                await self._media_failed(link, lanes, channel, error)
-                return
-        finally:
-            if self._media_tasks.get(channel) is asyncio.current_task():
-                del self._media_tasks[channel]
+            async for attempt in retrying:
+                with attempt:
+                    started = self._clock.monotonic()
+                    self._emit(
+                        "media_recovering",
+                        {
+                            "channel": channel,
+                            "method": method,
+                            "attempt": attempt.retry_state.attempt_number,
+                            "reason": reason,
+                        },
+                    )
+                    recover = lanes.recover_asr if channel == "asr" else lanes.recover_stv
+                    method = await recover(link.emit, cfg.media_recovery_timeout)
+        except AvatarError as error:
+            await self._media_failed(link, lanes, channel, error)
+            return
         duration = self._clock.monotonic() - started
         if not self._machine.recovering_media or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
-        if not self._media_tasks and not self._machine.try_fire("media_recovered"):
+        others = self._slot.tasks(link).others(than=asyncio.current_task())
+        if not others and not self._machine.try_fire("media_recovered"):
             return
         record_recovery(self._stats, "media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
-
-    def forget_link(self) -> None:
-        """The link is being replaced: its channel recoveries end (but the caller's own, when
-        a failed one escalated to the cold tier from inside its task)."""
-        current = asyncio.current_task()
-        for task in self._media_tasks.values():
-            if task is not current:
-                task.cancel()
-        self._media_tasks.clear()
 
     async def _media_failed(
         self, link: ServerLink, lanes: MediaLanes, channel: str, error: AvatarError
     ) -> None:
         if not self._machine.recovering_media:
             return  # the socket dropped meanwhile: its tier decides, media is re-checked after
-        if link is not self._slot.current or lanes is not link.lanes:
-            return  # a replaced link's recovery: the current one is judged on its own
-        for other, task in list(self._media_tasks.items()):
-            if other != channel:
-                task.cancel()
+        if lanes is not link.lanes:
+            return  # lanes rebuilt meanwhile (a resume): the new ones are judged on their own
+        for task in self._slot.tasks(link).others(than=asyncio.current_task()).values():
+            task.cancel()
         self._machine.note_cause(error)
         self._machine.fire("session_lost")
         await self._escalate(f"media recovery failed ({error.code})")

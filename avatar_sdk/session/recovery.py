@@ -157,7 +157,7 @@ class RecoveryController:
 
     async def _join_new_link(self, deadline: Deadline, advance: Callable[[str], None]) -> None:
         link = self._builder.create()
-        self._slot.current = link
+        self._slot.install(link)
         await self._builder.join(
             link,
             deadline,
@@ -221,7 +221,7 @@ class RecoveryController:
     ) -> None:
         cfg = self._config
         remaining = window_ends - self._clock.monotonic()
-        if remaining <= 0 or link is not self._slot.current:
+        if remaining <= 0:
             raise _Escalate
         attempts = max(1, cfg.max_reconnect_attempts)
         self._emit(
@@ -321,10 +321,9 @@ class RecoveryController:
 
     async def _cold_attempt(self) -> None:
         cfg = self._config
-        self.media.forget_link()  # its recoveries die with it: the new link is watched afresh
         await self._slot.retire(cfg.close_timeout / 2)
         link = self._builder.create()
-        self._slot.current = link
+        self._slot.install(link)
         try:
             await self._builder.join(
                 link,

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .link import ServerLink
+from .supervisor import Supervisor, TaskScope
 
 log = sdk_logger("avatar_sdk.session")
 
@@ -26,6 +27,11 @@ class Outcome:
     duration: float = 0.0
     error: AvatarError | None = None
     end_reason: str = "gave_up"
+
+
+def _unsupervised(name: str, exc: BaseException) -> None:
+    """A slot built without a session's supervisor (unit tests): failures are only logged."""
+    log.error("link task %s failed: %r", name, exc)
 
 
 class Outbox:
@@ -89,10 +95,28 @@ class LinkSlot:
     its content on a cold reconnect, and the endings close whatever is in it, a link still
     closing included."""
 
-    def __init__(self) -> None:
+    def __init__(self, supervisor: Supervisor | None = None) -> None:
         self.current: ServerLink | None = None
         self.retiring: set[ServerLink] = set()
         self.outbox = Outbox(self)
+        self._supervisor = (
+            supervisor if supervisor is not None else Supervisor(_unsupervised, label="link")
+        )
+        self._scopes: dict[ServerLink, TaskScope] = {}
+
+    def install(self, link: ServerLink) -> None:
+        """Make ``link`` the link of the moment, with a fresh task scope of its own."""
+        self.current = link
+        self._scopes[link] = self._supervisor.scope(f"link-{len(self._scopes)}")
+
+    def tasks(self, link: ServerLink) -> TaskScope:
+        """The task scope of ``link`` (closed already if the link was retired: anything
+        spawned there is cancelled at once, so late work for a gone link never runs)."""
+        scope = self._scopes.get(link)
+        if scope is None:
+            scope = self._supervisor.scope("retired")
+            scope.closed = True
+        return scope
 
     async def retire(self, timeout: float) -> None:
         """Close the current link and empty the slot; kept in ``retiring`` until closed."""
@@ -100,6 +124,11 @@ class LinkSlot:
         if old is None:
             return
         self.retiring.add(old)
+        scope = self._scopes.pop(old, None)
+        if scope is not None:
+            # Its tasks end with it; the caller's own survives when it is one of them (a
+            # recovery of this link that escalated to a cold rebuild from inside its task).
+            await scope.aclose(timeout, spare=asyncio.current_task())
         await old.close(timeout)
         self.retiring.discard(old)
 

@@ -36,6 +36,10 @@ class Supervisor:
     def closed(self) -> bool:
         return self._closed
 
+    def scope(self, label: str) -> TaskScope:
+        """A group of this supervisor's tasks that can be cancelled and awaited together."""
+        return TaskScope(self, label)
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run ``coro`` as a supervised task. After ``aclose()`` the coroutine is closed
         unrun and a cancelled task is returned, so late work never outlives the session."""
@@ -77,3 +81,59 @@ class Supervisor:
     async def aclose(self, timeout: float, *, spare: asyncio.Task[Any] | None = None) -> None:
         """Cancel every task (but ``spare``) and wait up to ``timeout`` seconds for them."""
         await self.wait(self.cancel_all(spare=spare), timeout)
+
+
+class TaskScope:
+    """The tasks of one server link, inside the session's supervisor.
+
+    Why: a task that serves one link (its socket recovery, a channel's media recovery) must
+    not outlive it, or it acts on a socket or peer that is gone; asking "is this still the
+    current link?" at every step is how such code goes wrong. Tasks spawned here are the
+    supervisor's (a dying one still fails the session; ``Supervisor.aclose`` still reaches
+    it), and :meth:`aclose` cancels and awaits them when the link is replaced or closed.
+    A task may carry a ``key`` (one recovery per channel): :meth:`running` finds it while
+    it runs.
+    """
+
+    def __init__(self, supervisor: Supervisor, label: str) -> None:
+        self._supervisor = supervisor
+        self._label = label
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._keyed: dict[str, asyncio.Task[Any]] = {}
+        self.closed = False
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], name: str, *, key: str | None = None
+    ) -> asyncio.Task[Any]:
+        """Run ``coro`` as a supervised task of this scope (cancelled at once once closed)."""
+        task = self._supervisor.spawn(coro, f"{self._label}:{name}")
+        if self.closed:
+            task.cancel()
+        self._tasks.add(task)
+        if key is not None:
+            self._keyed[key] = task
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        for key, keyed in list(self._keyed.items()):
+            if keyed is task:
+                del self._keyed[key]
+
+    def running(self, key: str) -> asyncio.Task[Any] | None:
+        """The task spawned under ``key``, while it has not finished."""
+        return self._keyed.get(key)
+
+    def others(self, *, than: asyncio.Task[Any] | None) -> dict[str, asyncio.Task[Any]]:
+        """The keyed tasks still running besides ``than`` (usually the caller)."""
+        return {k: t for k, t in self._keyed.items() if t is not than and not t.done()}
+
+    async def aclose(self, timeout: float, *, spare: asyncio.Task[Any] | None = None) -> None:
+        """Cancel every task of the scope but ``spare`` (the caller, when a task of this link
+        is the one replacing it) and wait up to ``timeout`` seconds for them."""
+        self.closed = True
+        pending = [t for t in self._tasks if t is not spare and not t.done()]
+        for task in pending:
+            task.cancel()
+        await self._supervisor.wait(pending, timeout)

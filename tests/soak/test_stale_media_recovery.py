@@ -19,9 +19,9 @@ per attempt, ``max_media_recoveries`` attempts):
 Deterministic: the old link's STV recovery is pinned on a peer that can never connect
 (``stuck_ice("stv", "no_candidates")`` when it re-subscribes) for ``media_recovery_timeout``
 (its attempts also emit ``media_recovering`` on the new link, where nothing is recovering).
-Fixed: a link change ends the replaced link's recoveries (``MediaTier.forget_link`` in
-the cold attempt), and a failed recovery escalates only while its lanes are still the
-current link's.
+Fixed: a link's recoveries are tasks of that link's scope, cancelled and awaited when a
+cold attempt retires it (``LinkSlot.retire``), and a failed recovery escalates only while
+its lanes are still its link's.
 """
 
 from __future__ import annotations
