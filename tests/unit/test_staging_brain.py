@@ -10,6 +10,7 @@ import pytest
 
 from avatar_sdk.testing import Brain
 from avatar_sdk.testing.brain import ToolSegment
+from avatar_sdk.testing.conversation import TurnProgress
 from avatar_sdk.testing.vad import ListenConfig, UtteranceDetector
 from avatar_sdk.wire import In, make_speech_id
 
@@ -166,3 +167,18 @@ def test_listen_config_is_checked_and_transcripts_run_out_gracefully() -> None:
     assert [brain.next_transcript(), brain.next_transcript()] == ["first", "utterance 2"]
     brain.stop_listening()
     assert brain.listening is None
+
+
+def test_a_cut_turn_reports_the_whole_words_spoken_before_it() -> None:
+    """``agentContent`` of a cut turn (issue 17 item 11): the words said by the cut, timed
+    as the caption tracker spreads them over their chunk; nothing before the first ends."""
+    one = TurnProgress(chunks=[("word0 word1 word2 word3", 400)], talking_since=10.0)
+    assert one.said(1.0, now=10.0) == ""
+    assert one.said(1.0, now=10.099) == ""
+    assert one.said(1.0, now=10.25) == "word0 word1"
+    assert one.said(1.0, now=10.4) == "word0 word1 word2 word3"
+    assert one.said(0.25, now=10.05) == "word0 word1"  # the staging's sped-up speech
+    two = TurnProgress(chunks=[("a b", 200), ("c d", 200)], talking_since=0.0)
+    assert two.said(1.0, now=0.3) == "a b c"
+    assert two.said(1.0, now=5.0) == "a b c d"
+    assert TurnProgress(chunks=[("a b", 200)]).said(1.0, now=5.0) == ""  # never talked
