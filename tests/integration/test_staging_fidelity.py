@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
 from yarl import URL
 
@@ -192,6 +193,42 @@ async def test_fused_calls_are_each_dispatched_once_with_their_own_name_and_args
     assert calls[0] == ("open_filing", {"doc": "10-K"})  # the named call goes first
 
 
+async def test_a_raw_fused_segment_scripted_over_http_echoes_every_call(
+    make_session: SessionFactory,
+) -> None:
+    """Issue 17 item 12, as a client in another language scripts it (control API): a raw
+    segment naming only the last tool (``open_filing {...}{...}``) is followed by one
+    ``tool_response`` per call, so a client can recover the unnamed call (the staging sent
+    a single ``open_filing`` echo)."""
+    async with StagingServer(control_api=True) as staging:
+        session = make_session(url=staging.url, token=staging.token)
+        await session.connect()
+        await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for name in ("unnamed_1", "open_filing"):
+            session.on_tool_call(name, lambda args, call: calls.append((call["name"], args)))
+        echoes: list[str] = []
+
+        def on_text(e: Any) -> None:
+            if e.data["type"] == "tool_response":
+                echoes.append(e.data["content"])
+
+        session.on("agent_text", on_text)
+        body = {"calls": ['open_filing {"chart": "revenue"}{"doc": "10-K"}'], "then": "Done."}
+        url = f"{staging.url}/_control/brain/tool_calls"
+        async with aiohttp.ClientSession() as http, http.post(url, json=body) as answer:
+            assert answer.status == 200
+        done = session.expect("agent_turn_ended", lambda e: "open" in e.data["speech_id"], 3)
+        await session.speak("open it")
+        await done
+        assert echoes == ["unnamed_1 responded with size 2", "open_filing responded with size 2"]
+        assert sorted(calls) == [
+            ("open_filing", {"doc": "10-K"}),
+            ("unnamed_1", {"chart": "revenue"}),
+        ]
+        await session.close()
+
+
 # -- 3. the uninterruptible greeting -------------------------------------------------------
 async def test_the_service_drops_a_turn_typed_during_the_greeting_and_finishes_it(
     staging: StagingServer,
@@ -286,7 +323,9 @@ async def test_a_cut_before_the_first_word_is_spoken_reports_nothing_said(
 
 @pytest.mark.parametrize("words", [4, 12])
 async def test_a_cut_mid_speech_reports_the_words_spoken_before_it(
-    staging: StagingServer, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch,
+    staging: StagingServer,
+    make_session: SessionFactory,
+    monkeypatch: pytest.MonkeyPatch,
     words: int,
 ) -> None:
     """Issue 17 item 11, through the SDK's ``interrupt()``: ``agentContent`` is the answer's
