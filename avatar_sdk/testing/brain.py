@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..wire.names import In
+from ..wire.segments import parse_delta, parse_tool_call
 from ..wire.speech import make_speech_id
 from .vad import ListenConfig
 
@@ -35,9 +36,32 @@ class ToolSegment:
 
     @classmethod
     def single(cls, call: str) -> ToolSegment:
-        """A raw ``tool`` segment content (``name {json}``, extra objects allowed): one
-        ``tool_response`` named after it."""
-        return cls(call, (call.split("{", 1)[0].strip() or "tool",))
+        """A raw ``tool`` segment content (``name {json}``): one ``tool_response`` per
+        argument object, as :meth:`raw` with no names given."""
+        return cls.raw(call)
+
+    @classmethod
+    def raw(cls, content: str, unnamed: Sequence[str] | None = None) -> ToolSegment:
+        """A ``tool`` segment sent exactly as ``content``. Content carrying several argument
+        objects (``open_filing {"chart": "revenue"}{"doc": "10-K"}``) is a fused segment:
+        the service's brain names only the last tool, and the tool runner echoes every
+        call, in call order. ``unnamed``: the names of the calls before the named one, in
+        order (default ``unnamed_1``, ``unnamed_2``...); a client pairs each echo with an
+        argument object, so one echo per object is what lets it recover them all."""
+        name = content.split("{", 1)[0].strip() or "tool"
+        objects = _argument_objects(content)
+        if unnamed is None:
+            earlier = tuple(f"unnamed_{n}" for n in range(1, objects))
+        else:
+            earlier = tuple(str(n) for n in unnamed)
+            if len(earlier) != max(0, objects - 1):
+                raise ValueError(
+                    f"{content!r} carries {objects} argument objects: name the "
+                    f"{max(0, objects - 1)} before the last, not {len(earlier)}"
+                )
+            if not all(n and n.split() == [n] and "{" not in n for n in earlier):
+                raise ValueError(f"tool names are single words, got {list(earlier)}")
+        return cls(content, (*earlier, name))
 
     @classmethod
     def fused(cls, calls: Sequence[str]) -> ToolSegment:
@@ -63,8 +87,29 @@ class ToolSegment:
         return cls(f"{names[-1]} " + "".join(blobs), tuple(names))
 
 
-#: What ``Brain.tool_calls`` accepts per item: a raw segment content, or a fused group.
-ToolCallSpec = str | Sequence[str] | ToolSegment
+def _argument_objects(content: str) -> int:
+    """How many top-level JSON argument objects a ``tool`` content carries (parsed as the
+    clients parse it, PROTOCOL.md §3.6)."""
+    call = parse_tool_call(parse_delta(json.dumps({"type": "tool", "content": content}), None))
+    if call is None:
+        return 0
+    return len(call.fused_args) + (1 if "{" in content else 0)
+
+
+#: What ``Brain.tool_calls`` accepts per item: a raw segment content, a fused group, or
+#: (the JSON form of :meth:`ToolSegment.raw`) ``{"content": ..., "unnamed": [...]}``.
+ToolCallSpec = str | Sequence[str] | ToolSegment | Mapping[str, Any]
+
+
+def _raw_from_mapping(spec: Mapping[str, Any]) -> ToolSegment:
+    content, unnamed = spec.get("content"), spec.get("unnamed")
+    if not isinstance(content, str) or set(spec) - {"content", "unnamed"}:
+        raise ValueError(f"a tool item object reads {{content, unnamed?}}, got {dict(spec)!r}")
+    if unnamed is not None and (
+        not isinstance(unnamed, list) or not all(isinstance(n, str) for n in unnamed)
+    ):
+        raise ValueError(f"'unnamed' is a list of tool names, got {unnamed!r}")
+    return ToolSegment.raw(content, unnamed)
 
 
 def tool_segment(call: str | ToolSegment) -> ToolSegment:
@@ -119,7 +164,9 @@ class Brain:
         """The next turn calls tools, then says ``then`` (if given).
 
         Each item of ``calls`` is one ``tool`` segment: a raw content ``'name {json}'``
-        (followed by one ``tool_response`` named ``name``), or a list of such calls fused
+        (followed by one ``tool_response`` per argument object: see
+        :meth:`ToolSegment.raw`, whose JSON form ``{"content": ..., "unnamed": [...]}``
+        is accepted too), or a list of such calls fused
         into one segment as the service's brain does when it calls several tools at once
         (every call's arguments back to back, named after the last tool only, then one
         ``tool_response`` per call echoing every name in call order; PROTOCOL.md §3.6).
@@ -135,6 +182,8 @@ class Brain:
         for spec in calls:
             if isinstance(spec, str | ToolSegment):
                 segments.append(spec)
+            elif isinstance(spec, Mapping):
+                segments.append(_raw_from_mapping(spec))
             else:
                 segments.append(ToolSegment.fused(list(spec)))
         self._script.append(

@@ -50,18 +50,29 @@ class TurnProgress:
     chunks: list[tuple[str, int]] = field(default_factory=list)
     talking_since: float | None = None
 
-    def said(self, scale: float) -> str:
-        """The captions the avatar had started saying by now (``agentContent`` when cut)."""
+    def said(self, scale: float, now: float | None = None) -> str:
+        """The words the avatar had finished saying by ``now`` (``time.monotonic()`` by
+        default): the ``agentContent`` of a turn cut short (PROTOCOL.md §3.9).
+
+        The avatar talks from ``stvStartedTalking`` on, each caption chunk for its
+        ``durationMs`` (scaled by ``scale``), its words evenly spread over it, as the
+        reference client's caption tracker times them (§3.7). Whole words only, so a cut
+        before the first word ends reports nothing said: counting a chunk as said the
+        moment it began gave a one-chunk answer's whole text for a cut at its first word.
+        """
         if self.talking_since is None:
             return ""
-        elapsed_ms = (time.monotonic() - self.talking_since) / max(scale, 1e-6) * 1000.0
+        at_ms = (time.monotonic() if now is None else now) - self.talking_since
+        elapsed_ms = at_ms / max(scale, 1e-6) * 1000.0
         said: list[str] = []
-        at = 0.0
+        start = 0.0
         for text, duration in self.chunks:
-            if at > elapsed_ms:
-                break
-            said.append(text)
-            at += duration
+            words = text.split()
+            for i, word in enumerate(words):
+                if start + duration * (i + 1) / len(words) > elapsed_ms:
+                    return " ".join(said)
+                said.append(word)
+            start += duration
         return " ".join(said)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
 from yarl import URL
 
@@ -192,6 +193,42 @@ async def test_fused_calls_are_each_dispatched_once_with_their_own_name_and_args
     assert calls[0] == ("open_filing", {"doc": "10-K"})  # the named call goes first
 
 
+async def test_a_raw_fused_segment_scripted_over_http_echoes_every_call(
+    make_session: SessionFactory,
+) -> None:
+    """Issue 17 item 12, as a client in another language scripts it (control API): a raw
+    segment naming only the last tool (``open_filing {...}{...}``) is followed by one
+    ``tool_response`` per call, so a client can recover the unnamed call (the staging sent
+    a single ``open_filing`` echo)."""
+    async with StagingServer(control_api=True) as staging:
+        session = make_session(url=staging.url, token=staging.token)
+        await session.connect()
+        await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for name in ("unnamed_1", "open_filing"):
+            session.on_tool_call(name, lambda args, call: calls.append((call["name"], args)))
+        echoes: list[str] = []
+
+        def on_text(e: Any) -> None:
+            if e.data["type"] == "tool_response":
+                echoes.append(e.data["content"])
+
+        session.on("agent_text", on_text)
+        body = {"calls": ['open_filing {"chart": "revenue"}{"doc": "10-K"}'], "then": "Done."}
+        url = f"{staging.url}/_control/brain/tool_calls"
+        async with aiohttp.ClientSession() as http, http.post(url, json=body) as answer:
+            assert answer.status == 200
+        done = session.expect("agent_turn_ended", lambda e: "open" in e.data["speech_id"], 3)
+        await session.speak("open it")
+        await done
+        assert echoes == ["unnamed_1 responded with size 2", "open_filing responded with size 2"]
+        assert sorted(calls) == [
+            ("open_filing", {"doc": "10-K"}),
+            ("unnamed_1", {"chart": "revenue"}),
+        ]
+        await session.close()
+
+
 # -- 3. the uninterruptible greeting -------------------------------------------------------
 async def test_the_service_drops_a_turn_typed_during_the_greeting_and_finishes_it(
     staging: StagingServer,
@@ -227,17 +264,92 @@ async def test_a_cut_turn_always_gets_its_closing_events(staging: StagingServer)
     staging.brain.reply(answer)
     await client.say("first question", marker=False)
     talking = await client.until(In.STV_STARTED_TALKING, start=greeting_end + 1)
+    assert await until(lambda: spoken_words(staging) != "", 3)  # a word was said
+    heard = spoken_words(staging)
     await client.say("second question", marker=False)
     cut = await client.until(In.AGENT_INTERRUPTED, start=talking)
     finished = client.index(In.STV_FINISHED_TALKING, cut)
     assert finished == cut + 1
     said = client.events[finished][1]["agentContent"]
-    assert said and answer.startswith(said) and said != answer
+    assert said.startswith(heard) and answer.startswith(said + " ")
     second = await client.until(In.AGENT_START_SPEECH, start=finished)
     assert "second question" in client.events[second][1]["speechId"]
     await client.until(In.STV_FINISHED_TALKING, start=second)
     assert client.names().count(In.AGENT_INTERRUPTED) == 1
     await client.close()
+
+
+def spoken_words(staging: StagingServer) -> str:
+    """What the avatar of the only conversation has finished saying in its running turn."""
+    conv = staging.conversations[staging.live_sids[0]]
+    progress = conv.turn_progress
+    return progress.said(staging.speech_time_scale) if progress is not None else ""
+
+
+def record_agent_content(staging: StagingServer, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every ``stvFinishedTalking.agentContent`` the server sends from now on, in order."""
+    sent: list[str] = []
+    emit = staging.sio.emit_recoverable
+
+    async def spy(sid: str, event: str, payload: Any) -> None:
+        if event == In.STV_FINISHED_TALKING:
+            sent.append(payload["agentContent"])
+        await emit(sid, event, payload)
+
+    monkeypatch.setattr(staging.sio, "emit_recoverable", spy)
+    return sent
+
+
+async def test_a_cut_before_the_first_word_is_spoken_reports_nothing_said(
+    staging: StagingServer,
+) -> None:
+    """Issue 17 item 11: the barge-in lands as the avatar starts talking a one-chunk answer
+    (``word0 word1 word2 word3``): nothing was spoken yet, so ``agentContent`` is empty
+    (the staging sent the whole text)."""
+    client = RawClient()
+    await client.open(staging)
+    await client.approve(staging)
+    greeting_end = await client.until(In.STV_FINISHED_TALKING)
+    staging.speech_time_scale = 4.0  # a word lasts 0.4 s: the cut comes well before its end
+    staging.brain.reply("word0 word1 word2 word3")
+    await client.say("tell me", marker=False)
+    talking = await client.until(In.STV_STARTED_TALKING, start=greeting_end + 1)
+    await client.say("", marker=True)  # the barge-in marker alone
+    cut = await client.until(In.AGENT_INTERRUPTED, start=talking)
+    assert client.names()[cut + 1] == In.STV_FINISHED_TALKING
+    assert client.events[cut + 1][1] == {"agentContent": ""}
+    await client.close()
+
+
+@pytest.mark.parametrize("words", [4, 12])
+async def test_a_cut_mid_speech_reports_the_words_spoken_before_it(
+    staging: StagingServer,
+    make_session: SessionFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    words: int,
+) -> None:
+    """Issue 17 item 11, through the SDK's ``interrupt()``: ``agentContent`` is the answer's
+    words the avatar had said when the cut came, a strict prefix of the answer, whether
+    the answer is one caption chunk or several."""
+    session = make_session()
+    await session.connect()
+    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    staging.speech_time_scale = 4.0  # a word lasts 0.4 s
+    sent = record_agent_content(staging, monkeypatch)
+    answer = " ".join(f"word{i}" for i in range(words))
+    staging.brain.reply(answer)
+    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    await session.speak("tell me")
+    await talking
+    assert await until(lambda: spoken_words(staging).count(" ") >= 1, 5)  # two words said
+    heard = spoken_words(staging)
+    interrupted = session.expect("agent_interrupted", timeout=3)
+    await session.interrupt()
+    await interrupted
+    assert await until(lambda: len(sent) == 1, 2)
+    [said] = sent
+    assert said.startswith(heard) and said != answer
+    assert answer.startswith(said + " ")  # whole words only
 
 
 async def test_the_sdk_holds_a_turn_typed_during_the_greeting_until_it_ends(

@@ -10,6 +10,7 @@ import pytest
 
 from avatar_sdk.testing import Brain
 from avatar_sdk.testing.brain import ToolSegment
+from avatar_sdk.testing.conversation import TurnProgress
 from avatar_sdk.testing.vad import ListenConfig, UtteranceDetector
 from avatar_sdk.wire import In, make_speech_id
 
@@ -166,3 +167,71 @@ def test_listen_config_is_checked_and_transcripts_run_out_gracefully() -> None:
     assert [brain.next_transcript(), brain.next_transcript()] == ["first", "utterance 2"]
     brain.stop_listening()
     assert brain.listening is None
+
+
+def test_a_cut_turn_reports_the_whole_words_spoken_before_it() -> None:
+    """``agentContent`` of a cut turn (issue 17 item 11): the words said by the cut, timed
+    as the caption tracker spreads them over their chunk; nothing before the first ends."""
+    one = TurnProgress(chunks=[("word0 word1 word2 word3", 400)], talking_since=10.0)
+    assert one.said(1.0, now=10.0) == ""
+    assert one.said(1.0, now=10.099) == ""
+    assert one.said(1.0, now=10.25) == "word0 word1"
+    assert one.said(1.0, now=10.4) == "word0 word1 word2 word3"
+    assert one.said(0.25, now=10.05) == "word0 word1"  # the staging's sped-up speech
+    two = TurnProgress(chunks=[("a b", 200), ("c d", 200)], talking_since=0.0)
+    assert two.said(1.0, now=0.3) == "a b c"
+    assert two.said(1.0, now=5.0) == "a b c d"
+    assert TurnProgress(chunks=[("a b", 200)]).said(1.0, now=5.0) == ""  # never talked
+
+
+def test_a_raw_fused_segment_echoes_one_response_per_call_in_call_order() -> None:
+    """Issue 17 item 12: a raw ``tool`` content that carries several argument objects but
+    names only the last tool is a fused segment: one ``tool_response`` per call, the
+    unnamed calls first (named as scripted, else ``unnamed_<n>``), the named tool last."""
+    brain = Brain()
+    brain.tool_calls(['open_filing {"chart": "revenue"}{"doc": "10-K"}'])
+    brain.tool_calls(
+        [ToolSegment.raw('open_filing {"chart": "{x}"}{"doc": "10-K"}', ["highlight_chart"])]
+    )
+    turns = []
+    for _ in range(2):
+        plan = brain.next_plan("go")
+        turns.append(
+            _tools(
+                brain.turn_events(
+                    speech_id=SPEECH,
+                    turn_id="t",
+                    text="",
+                    thread_id=None,
+                    tool_calls=plan.tool_calls,
+                )
+            )
+        )
+    assert turns[0] == [
+        ("tool", 'open_filing {"chart": "revenue"}{"doc": "10-K"}'),
+        ("tool_response", "unnamed_1 responded with size 2"),
+        ("tool_response", "open_filing responded with size 2"),
+    ]
+    assert turns[1][1:] == [
+        ("tool_response", "highlight_chart responded with size 2"),
+        ("tool_response", "open_filing responded with size 2"),
+    ]
+    assert ToolSegment.single('open_filing {"doc": "10-K"}').responses == ("open_filing",)
+    assert ToolSegment.single("no_args").responses == ("no_args",)
+    with pytest.raises(ValueError):  # one name per unnamed call, no more, no fewer
+        ToolSegment.raw('open_filing {"a": 1}{"b": 2}', ["x", "y"])
+    with pytest.raises(ValueError):
+        ToolSegment.raw('open_filing {"a": 1}{"b": 2}', ["has space"])
+
+
+def test_tool_items_as_objects_name_the_unnamed_calls() -> None:
+    """The JSON form of ``ToolSegment.raw`` (what the control API passes through)."""
+    brain = Brain()
+    brain.tool_calls([{"content": 'open_filing {"a": 1}{"b": 2}', "unnamed": ["highlight_chart"]}])
+    plan = brain.next_plan("go")
+    assert plan.tool_calls == [
+        ToolSegment('open_filing {"a": 1}{"b": 2}', ("highlight_chart", "open_filing"))
+    ]
+    for bad in ({"content": 7}, {"content": "x {}", "extra": 1}, {"content": "x", "unnamed": "y"}):
+        with pytest.raises(ValueError):
+            brain.tool_calls([bad])
