@@ -19,6 +19,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar, overload
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .names import EventName
@@ -53,7 +54,10 @@ class EventBus:
     call and the ``await`` is delivered, not lost.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: what stamps each event's ``at`` (a session's own clock, so event
+        times and the session's other times are on one line)."""
+        self._clock = clock
         self._callbacks: dict[str, list[Callback]] = {}
         self._subscribers: list[_Subscriber] = []
         self._waiters: list[Expectation] = []
@@ -158,7 +162,7 @@ class EventBus:
     def emit(self, name: str | EventName, data: dict[str, Any] | None = None) -> Event:
         """Deliver an event synchronously to callbacks, iterators and waiters."""
         key = _key(name)
-        event = Event(key, data if data is not None else {})
+        event = Event(key, data if data is not None else {}, self._clock.monotonic())
         self.emitted += 1
         for sub in list(self._subscribers):
             if sub.push(event):
@@ -258,8 +262,8 @@ class EventSource:
     session's :class:`EventBus` and delegates to it; the behaviour lives in the bus. Every
     verb refuses an event name no session emits (``invalid_argument``, with suggestions)."""
 
-    def __init__(self) -> None:
-        self._bus = EventBus()
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._bus = EventBus(clock)
 
     @overload
     def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]: ...

@@ -109,7 +109,8 @@ class AvatarSession(EventSource):
         tls = client_context(ssl, ca_file, allow_insecure=insecure)
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
-        super().__init__()
+        self._clock = clock or SYSTEM_CLOCK
+        super().__init__(clock=self._clock)
         if config is not None and not isinstance(config, SessionConfig):
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -117,7 +118,6 @@ class AvatarSession(EventSource):
                 " (build one: SessionConfig(**fields))",
             )
         self.config = cfg = config or SessionConfig()
-        self._clock = clock or SYSTEM_CLOCK
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
@@ -159,7 +159,9 @@ class AvatarSession(EventSource):
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
         self._idle = IdleTimer(cfg.idle_timeout, self._on_idle, clock=self._clock)
-        self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
+        self._journal = (
+            Journal(journal, session_label=self._sticky_id, clock=self._clock) if journal else None
+        )
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
         self._desk = TurnDesk(

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import Clock
 from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
@@ -196,8 +196,8 @@ class LinkBuilder:
         partner_id: str | None,
         media: MediaSpec | None,
         counters: dict[str, Any],
+        clock: Clock,
         listener: LinkListener | None = None,
-        clock: Clock = SYSTEM_CLOCK,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._url = url
@@ -296,6 +296,7 @@ class LinkBuilder:
             outputs=spec.outputs,
             video=spec.video,
             allow_private=spec.allow_private,
+            clock=self._clock,
             turn=spec.turn,
             ssl_context=self._ssl,
             audio_codec=spec.audio_codec,
@@ -317,7 +318,7 @@ class LinkBuilder:
         cfg = self._config
         link.handshake.close()
         link.handshake = Handshake()
-        deadline = Deadline(cfg.overall_connect_timeout)
+        deadline = Deadline(cfg.overall_connect_timeout, self._clock)
         await link.close_media(cfg.close_timeout / 2)
         await link.emit(Out.STV_NEW_SESSION, build_stv_new_session(link.room_id))
         await link.emit(Out.CHECK_AVAILABILITY, build_check_availability())

@@ -146,7 +146,7 @@ class RecoveryController:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._join_new_link(Deadline(cfg.overall_connect_timeout), advance)
+                    await self._join_new_link(Deadline(cfg.overall_connect_timeout, clock), advance)
         except AvatarError as error:
             if capacity(error):
                 raise AvatarError(
@@ -328,7 +328,7 @@ class RecoveryController:
         try:
             await self._builder.join(
                 link,
-                Deadline(cfg.overall_connect_timeout),
+                Deadline(cfg.overall_connect_timeout, self._clock),
                 thread_id=self._thread_id(),
                 advance=lambda _: None,
                 after_join=self._restore,

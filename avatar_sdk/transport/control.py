@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +60,13 @@ class ControlChannel:
         debug_mode: bool = True,
         counters: dict[str, Any] | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float],
     ) -> None:
         """``on_protocol_error(event, detail, name_only)``: a frame the socket refused (see
         :data:`~avatar_sdk.transport.csr.ProtocolErrorSink`). ``max_message_size``: bytes;
-        a bigger message is refused by the websocket and ends the transport."""
+        a bigger message is refused by the websocket and ends the transport. ``now``: the
+        session clock's monotonic reader (its socket watchdog compares ``last_activity``
+        with it)."""
         register_secret(token)
         #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
         self._now = now
@@ -141,6 +142,7 @@ class ControlChannel:
             http_session=self._http,
             on_protocol_error=self._handle_protocol_error,
             max_message_size=self._max_message_size,
+            now=self._now,
         )
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
@@ -159,7 +161,7 @@ class ControlChannel:
     async def _connect(self, timeout: float) -> ConnectOutcome:
         assert self._client is not None
         client = self._client
-        started = time.monotonic()
+        started = self._now()
         try:
             async with asyncio.timeout(timeout):
                 await client.connect(
@@ -187,7 +189,7 @@ class ControlChannel:
             sid=self.sid or "",
             recovered=bool(client.recovered),
             replayed=client.replayed,
-            duration=time.monotonic() - started,
+            duration=self._now() - started,
         )
 
     def _classify(self, exc: BaseException) -> AvatarError:
