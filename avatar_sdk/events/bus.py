@@ -67,19 +67,12 @@ class EventBus:
         #: Events dropped by full ``events()`` buffers, all streams together.
         self.dropped = 0
         self.queue_size = DEFAULT_QUEUE_CAP
-        self._counters: dict[str, Any] | None = None
 
-    def configure(
-        self, *, queue_size: int | None = None, counters: dict[str, Any] | None = None
-    ) -> None:
-        """Set the default bound of new ``events()`` streams, and a stats dict in which
-        ``events_dropped`` is kept (a session's ``stats()``), as a control channel keeps
-        ``events_in`` there."""
+    def configure(self, *, queue_size: int | None = None) -> None:
+        """Set the default bound of new ``events()`` streams (a session's
+        ``event_queue_size``; its ``stats()`` reads :attr:`dropped` and :attr:`emitted`)."""
         if queue_size is not None:
             self.queue_size = _check_bound(queue_size, "event_queue_size")
-        if counters is not None:
-            counters.setdefault("events_dropped", self.dropped)
-            self._counters = counters
 
     @property
     def closed(self) -> bool:
@@ -180,8 +173,6 @@ class EventBus:
     def _count_drop(self) -> None:
         # A counter, never an event: telling the whole bus would re-enter the full queues.
         self.dropped += 1
-        if self._counters is not None:
-            self._counters["events_dropped"] = self._counters.get("events_dropped", 0) + 1
 
     def _safe_predicate(self, predicate: Callable[[Event], bool], event: Event) -> bool:
         try:

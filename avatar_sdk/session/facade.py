@@ -39,7 +39,8 @@ from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
 from .machine import Health, SessionMachine
 from .recovery import RecoveryController
-from .slot import LinkSlot, Outcome, new_stats, stats_snapshot
+from .slot import LinkSlot, Outcome
+from .stats import SessionStats, StatsSnapshot
 from .supervisor import Supervisor
 from .turn_sender import TurnDesk
 from .user_state import UserState
@@ -126,9 +127,9 @@ class AvatarSession(EventSource):
         self._view = ConversationView(thread_id=thread_id)
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False
-        self._stats = new_stats()
-        # events() buffers: their default bound, and their drops counted into stats().
-        self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
+        self._stats = SessionStats()
+        # events() buffers: their default bound (their drops: the bus counts them).
+        self._bus.configure(queue_size=cfg.event_queue_size)
         if audio_codec not in AUDIO_CODECS:
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -236,9 +237,12 @@ class AvatarSession(EventSource):
         """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
         return self._machine.health()
 
-    def stats(self) -> dict[str, Any]:
-        """Counters: reconnects per tier, recovery durations (s), events in and out."""
-        return stats_snapshot(self._stats, events_emitted=self._bus.emitted)
+    def stats(self) -> StatsSnapshot:
+        """Counters: reconnects per tier, recovery durations (s), events in and out (every
+        key: ``docs/resilience.md``, Counters). A copy the caller may keep."""
+        return self._stats.snapshot(
+            events_emitted=self._bus.emitted, events_dropped=self._bus.dropped
+        )
 
     def notify_network_change(self) -> None:
         """The host's network changed: probe the control socket at once."""
@@ -302,7 +306,7 @@ class AvatarSession(EventSource):
         finally:
             self._connect_task = None
         duration = self._clock.monotonic() - started
-        self._stats["connect_duration"] = duration
+        self._stats.connect_duration = duration
         self._start_watch()
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 

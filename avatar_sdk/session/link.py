@@ -21,7 +21,7 @@ from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
-from ..transport.control import ControlChannel
+from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
 from ..transport.stv import FanoutTrack
@@ -195,7 +195,7 @@ class LinkBuilder:
         sticky_id: str,
         partner_id: str | None,
         media: MediaSpec | None,
-        counters: dict[str, Any],
+        counters: WireCounters,
         clock: Clock,
         listener: LinkListener | None = None,
         ssl_context: ssl.SSLContext | None = None,

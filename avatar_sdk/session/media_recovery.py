@@ -29,7 +29,8 @@ from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
 from .link import ServerLink
 from .machine import SessionMachine, decide_media_down
-from .slot import LinkSlot, record_recovery
+from .slot import LinkSlot
+from .stats import SessionStats
 
 log = sdk_logger("avatar_sdk.session.facade")
 
@@ -56,7 +57,7 @@ class MediaTier:
         spawn: Spawn,
         escalate: Callable[[str], Awaitable[Any]],
         socket_alive: Callable[[ServerLink], Awaitable[bool]],
-        stats: dict[str, Any],
+        stats: SessionStats,
     ) -> None:
         self._machine = machine
         self._config = config
@@ -197,7 +198,7 @@ class MediaTier:
             return  # the socket tier or a cold rebuild took over meanwhile
         if not self._media_tasks and not self._machine.try_fire("media_recovered"):
             return
-        record_recovery(self._stats, "media", duration)
+        self._stats.record_recovery("media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
 
     def forget_link(self) -> None:

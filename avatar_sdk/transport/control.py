@@ -11,7 +11,7 @@ import asyncio
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -30,6 +30,21 @@ log = sdk_logger(__name__)
 
 EventSink = Callable[[str, list[Any]], None]
 DisconnectSink = Callable[["ControlChannel", str], None]
+
+
+class WireCounters(Protocol):
+    """Where a channel counts the events it received and sent (a session's stats)."""
+
+    events_in: int
+    events_out: int
+
+
+@dataclass(slots=True)
+class _ChannelCounters:
+    """A channel's own counters, when no session passes its stats."""
+
+    events_in: int = 0
+    events_out: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +73,7 @@ class ControlChannel:
         max_message_size: int = MAX_MESSAGE_SIZE,
         level: str = "published",
         debug_mode: bool = True,
-        counters: dict[str, Any] | None = None,
+        counters: WireCounters | None = None,
         ssl_context: ssl.SSLContext | None = None,
         now: Callable[[], float],
     ) -> None:
@@ -90,11 +105,9 @@ class ControlChannel:
         self._emit_lock = asyncio.Lock()
         self._closed = False
         self.connect_count = 0
-        #: ``events_in`` / ``events_out`` on the wire; a session passes one dict to all of
+        #: ``events_in`` / ``events_out`` on the wire; a session passes one object to all of
         #: its channels so its totals span reconnects without being counted twice.
-        self.counters: dict[str, Any] = counters if counters is not None else {}
-        self.counters.setdefault("events_in", 0)
-        self.counters.setdefault("events_out", 0)
+        self.counters: WireCounters = counters if counters is not None else _ChannelCounters()
         self.last_activity = self._now()
 
     def __repr__(self) -> str:
@@ -215,7 +228,7 @@ class ControlChannel:
                 await client.emit(event, payload)
             except (socketio.exceptions.SocketIOError, OSError) as exc:
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
-        self.counters["events_out"] += 1
+        self.counters.events_out += 1
 
     async def drop(self, reason: str = "ping timeout") -> None:
         """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
@@ -242,7 +255,7 @@ class ControlChannel:
 
     # -- inbound ----------------------------------------------------------------------------
     async def _handle_event(self, event: str, *args: Any) -> None:
-        self.counters["events_in"] += 1
+        self.counters.events_in += 1
         self.last_activity = self._now()
         self._on_event(event, list(args))
 

@@ -27,6 +27,7 @@ from avatar_sdk.session.link import ServerLink
 from avatar_sdk.session.machine import SessionMachine
 from avatar_sdk.session.media_recovery import MEDIA_TICK, MediaTier
 from avatar_sdk.session.slot import LinkSlot
+from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.transport import media as media_module
 from avatar_sdk.transport.asr import UplinkTrack
 from avatar_sdk.transport.media import MediaLanes
@@ -126,7 +127,7 @@ async def test_the_media_watchdog_judges_a_downlink_stall_on_the_session_clock(
         spawn=spawned,
         escalate=never,
         socket_alive=never,
-        stats={},
+        stats=SessionStats(),
     )
     pushed: list[float] = []
 
