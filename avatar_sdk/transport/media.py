@@ -99,7 +99,7 @@ class MediaLanes:
         self.stv_url: str | None = None
         self._expect: dict[str, asyncio.Future[InboundEvent]] = {}
         #: The uplink's receiver reports: last arrival on the current peer, and the deadline
-        #: that follows the cadence observed on this server (see recovery.cadence).
+        #: that follows the cadence observed on this server (see transport.cadence).
         self.asr_cadence = ReportCadence(config.media_stall_timeout, clock=clock.monotonic)
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
