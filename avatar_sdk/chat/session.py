@@ -176,9 +176,10 @@ class ChatSession(EventSource):
             )
         self.config = config or SessionConfig()
         self._thread_id = thread_id
-        super().__init__()
+        clock = clock or SYSTEM_CLOCK
+        super().__init__(clock=clock)
         self._guards = ConversationGuards(
-            self.config, self._on_guard_event, hard_tier=False, clock=clock or SYSTEM_CLOCK
+            self.config, self._on_guard_event, hard_tier=False, clock=clock
         )
         self._genie = GenieClient(self._genie_url, token)
         self._completion = CompletionSignal(

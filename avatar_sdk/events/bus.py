@@ -19,6 +19,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar, overload
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .names import EventName
@@ -53,7 +54,10 @@ class EventBus:
     call and the ``await`` is delivered, not lost.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: what stamps each event's ``at`` (a session's own clock, so event
+        times and the session's other times are on one line)."""
+        self._clock = clock
         self._callbacks: dict[str, list[Callback]] = {}
         self._subscribers: list[_Subscriber] = []
         self._waiters: list[Expectation] = []
@@ -63,19 +67,12 @@ class EventBus:
         #: Events dropped by full ``events()`` buffers, all streams together.
         self.dropped = 0
         self.queue_size = DEFAULT_QUEUE_CAP
-        self._counters: dict[str, Any] | None = None
 
-    def configure(
-        self, *, queue_size: int | None = None, counters: dict[str, Any] | None = None
-    ) -> None:
-        """Set the default bound of new ``events()`` streams, and a stats dict in which
-        ``events_dropped`` is kept (a session's ``stats()``), as a control channel keeps
-        ``events_in`` there."""
+    def configure(self, *, queue_size: int | None = None) -> None:
+        """Set the default bound of new ``events()`` streams (a session's
+        ``event_queue_size``; its ``stats()`` reads :attr:`dropped` and :attr:`emitted`)."""
         if queue_size is not None:
             self.queue_size = _check_bound(queue_size, "event_queue_size")
-        if counters is not None:
-            counters.setdefault("events_dropped", self.dropped)
-            self._counters = counters
 
     @property
     def closed(self) -> bool:
@@ -158,7 +155,7 @@ class EventBus:
     def emit(self, name: str | EventName, data: dict[str, Any] | None = None) -> Event:
         """Deliver an event synchronously to callbacks, iterators and waiters."""
         key = _key(name)
-        event = Event(key, data if data is not None else {})
+        event = Event(key, data if data is not None else {}, self._clock.monotonic())
         self.emitted += 1
         for sub in list(self._subscribers):
             if sub.push(event):
@@ -176,8 +173,6 @@ class EventBus:
     def _count_drop(self) -> None:
         # A counter, never an event: telling the whole bus would re-enter the full queues.
         self.dropped += 1
-        if self._counters is not None:
-            self._counters["events_dropped"] = self._counters.get("events_dropped", 0) + 1
 
     def _safe_predicate(self, predicate: Callable[[Event], bool], event: Event) -> bool:
         try:
@@ -258,8 +253,8 @@ class EventSource:
     session's :class:`EventBus` and delegates to it; the behaviour lives in the bus. Every
     verb refuses an event name no session emits (``invalid_argument``, with suggestions)."""
 
-    def __init__(self) -> None:
-        self._bus = EventBus()
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._bus = EventBus(clock)
 
     @overload
     def on(self, name: str | EventName, callback: Callback) -> Callable[[], None]: ...

@@ -13,12 +13,12 @@ import asyncio
 import datetime
 import json
 import threading
-import time
 import weakref
 from collections import deque
 from pathlib import Path
 from typing import IO, Any, Final
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..logs import sdk_logger
 from ..redact import scrub
 from .bus import Event
@@ -138,10 +138,13 @@ class Journal:
         *,
         session_label: str,
         max_pending: int = DEFAULT_MAX_PENDING,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``clock``: the one that stamped the events (a session's), so each line's ``t``
+        (seconds since the journal opened) measures the same time line."""
         self.path = Path(path)
         self._label = session_label
-        self._start = time.monotonic()
+        self._start = clock.monotonic()
         self.max_pending = max(1, int(max_pending))
         self._writer = _Writer(self.path.open("a", encoding="utf-8"), "avatar-sdk-journal")
         self._closed = False

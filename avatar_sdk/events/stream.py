@@ -7,13 +7,13 @@ subscription exists from the moment its method is called. Used by :mod:`avatar_s
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..clock import SYSTEM_CLOCK
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .names import EventName
@@ -29,11 +29,12 @@ EVENTS_DROPPED = str(EventName.EVENTS_DROPPED)
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One thing that happened. ``at`` is ``time.monotonic()`` seconds."""
+    """One thing that happened. ``at``: monotonic seconds on the emitting session's clock
+    (the system clock unless the session was given another one)."""
 
     name: str
     data: dict[str, Any] = field(default_factory=dict)
-    at: float = field(default_factory=time.monotonic)
+    at: float = field(default_factory=SYSTEM_CLOCK.monotonic)
 
 
 def _key(name: str | EventName) -> str:

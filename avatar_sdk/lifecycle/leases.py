@@ -31,13 +31,13 @@ import stat
 import sys
 import tempfile
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
+from ..clock import SYSTEM_CLOCK
 from ..logs import sdk_logger
 
 if sys.platform != "win32":
@@ -423,7 +423,9 @@ def _probe_alive(path: str) -> bool:
 def _sweep_tmp(path: str) -> None:
     """Remove a never-published file its (dead) creator left behind."""
     with contextlib.suppress(OSError):
-        if time.time() - os.lstat(path).st_mtime > _TMP_MAX_AGE:
+        # A file's mtime is on the system's wall clock, shared with other processes: never
+        # a session's injected clock.
+        if SYSTEM_CLOCK.wall() - os.lstat(path).st_mtime > _TMP_MAX_AGE:
             _probe_alive(path)
 
 

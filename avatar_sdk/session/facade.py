@@ -39,7 +39,8 @@ from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
 from .recovery import RecoveryController
-from .slot import LinkSlot, new_stats, stats_snapshot
+from .slot import LinkSlot
+from .stats import SessionStats, StatsSnapshot
 from .supervisor import Supervisor
 from .turn_sender import TurnDesk
 from .user_state import UserState
@@ -109,7 +110,8 @@ class AvatarSession(EventSource):
         tls = client_context(ssl, ca_file, allow_insecure=insecure)
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
-        super().__init__()
+        self._clock = clock or SYSTEM_CLOCK
+        super().__init__(clock=self._clock)
         if config is not None and not isinstance(config, SessionConfig):
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -117,7 +119,6 @@ class AvatarSession(EventSource):
                 " (build one: SessionConfig(**fields))",
             )
         self.config = cfg = config or SessionConfig()
-        self._clock = clock or SYSTEM_CLOCK
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
@@ -126,9 +127,9 @@ class AvatarSession(EventSource):
         self._view = ConversationView(thread_id=thread_id)
         self._connect_task: asyncio.Task[Any] | None = None
         self._close_requested = False
-        self._stats = new_stats()
-        # events() buffers: their default bound, and their drops counted into stats().
-        self._bus.configure(queue_size=cfg.event_queue_size, counters=self._stats)
+        self._stats = SessionStats()
+        # events() buffers: their default bound (their drops: the bus counts them).
+        self._bus.configure(queue_size=cfg.event_queue_size)
         if audio_codec not in AUDIO_CODECS:
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -159,7 +160,9 @@ class AvatarSession(EventSource):
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
         self._idle = IdleTimer(cfg.idle_timeout, self._on_idle, clock=self._clock)
-        self._journal = Journal(journal, session_label=self._sticky_id) if journal else None
+        self._journal = (
+            Journal(journal, session_label=self._sticky_id, clock=self._clock) if journal else None
+        )
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
         self._desk = TurnDesk(
@@ -234,9 +237,12 @@ class AvatarSession(EventSource):
         """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
         return self._machine.health()
 
-    def stats(self) -> dict[str, Any]:
-        """Counters: reconnects per tier, recovery durations (s), events in and out."""
-        return stats_snapshot(self._stats, events_emitted=self._bus.emitted)
+    def stats(self) -> StatsSnapshot:
+        """Counters: reconnects per tier, recovery durations (s), events in and out (every
+        key: ``docs/resilience.md``, Counters). A copy the caller may keep."""
+        return self._stats.snapshot(
+            events_emitted=self._bus.emitted, events_dropped=self._bus.dropped
+        )
 
     def notify_network_change(self) -> None:
         """The host's network changed: probe the control socket at once."""
@@ -300,7 +306,7 @@ class AvatarSession(EventSource):
         finally:
             self._connect_task = None
         duration = self._clock.monotonic() - started
-        self._stats["connect_duration"] = duration
+        self._stats.connect_duration = duration
         self._start_watch()
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
 

@@ -9,11 +9,11 @@ through ``advance`` so the session machine moves through its ``connecting_*`` st
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..clock import Clock
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..transport.control import ControlChannel
@@ -105,17 +105,19 @@ Advance = Callable[[str], None]
 
 
 class Deadline:
-    """The overall connect deadline; every step's wait is clipped to it."""
+    """The overall connect deadline; every step's wait is clipped to it. On the session's
+    clock, as the recovery tiers that start it and measure around it are."""
 
-    def __init__(self, seconds: float) -> None:
-        self.expires = time.monotonic() + seconds
+    def __init__(self, seconds: float, clock: Clock) -> None:
+        self._clock = clock
+        self.expires = clock.monotonic() + seconds
 
     def remaining(self) -> float:
-        return max(0.0, self.expires - time.monotonic())
+        return max(0.0, self.expires - self._clock.monotonic())
 
     def clip(self, seconds: float, code: ErrorCode) -> tuple[float, ErrorCode]:
         """The wait to use, and its code on expiry (connect_timeout when the overall deadline)."""
-        remaining = self.expires - time.monotonic()
+        remaining = self.expires - self._clock.monotonic()
         if remaining < seconds:
             return max(remaining, 0.0), ErrorCode.CONNECT_TIMEOUT
         return seconds, code

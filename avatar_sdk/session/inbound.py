@@ -28,6 +28,7 @@ from .machine import SessionMachine, decide_disconnect
 from .recovery import RecoveryController
 from .router import route
 from .slot import LinkSlot
+from .stats import SessionStats
 from .turn_sender import TurnDesk
 from .user_state import UserState
 
@@ -53,12 +54,12 @@ class InboundHandler:
     completion: CompletionSignal
     idle: IdleTimer
     emit: Callable[[str, dict[str, Any]], object]
-    stats: dict[str, Any]
+    stats: SessionStats
     _agent_back: asyncio.Future[None] | None = None
 
     def on_protocol_error(self, link: ServerLink, event: str, detail: str) -> None:
         if link is self.slot.current:
-            self.stats["protocol_errors"] += 1
+            self.stats.protocol_errors += 1
             self.emit("protocol_error", {"event": event, "detail": detail})
 
     def on_inbound(self, link: ServerLink, name: str, event: InboundEvent) -> None:

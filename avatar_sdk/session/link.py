@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import Clock
 from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
-from ..transport.control import ControlChannel
+from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
 from ..transport.stv import FanoutTrack
@@ -194,9 +194,9 @@ class LinkBuilder:
         sticky_id: str,
         partner_id: str | None,
         media: MediaSpec | None,
-        counters: dict[str, Any],
+        counters: WireCounters,
+        clock: Clock,
         listener: LinkListener | None = None,
-        clock: Clock = SYSTEM_CLOCK,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._url = url
@@ -295,6 +295,7 @@ class LinkBuilder:
             outputs=spec.outputs,
             video=spec.video,
             allow_private=spec.allow_private,
+            clock=self._clock,
             turn=spec.turn,
             ssl_context=self._ssl,
             audio_codec=spec.audio_codec,
@@ -316,7 +317,7 @@ class LinkBuilder:
         cfg = self._config
         link.handshake.close()
         link.handshake = Handshake()
-        deadline = Deadline(cfg.overall_connect_timeout)
+        deadline = Deadline(cfg.overall_connect_timeout, self._clock)
         await link.close_media(cfg.close_timeout / 2)
         await link.emit(Out.STV_NEW_SESSION, build_stv_new_session(link.room_id))
         await link.emit(Out.CHECK_AVAILABILITY, build_check_availability())

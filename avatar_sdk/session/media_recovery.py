@@ -29,7 +29,8 @@ from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
 from .link import ServerLink
 from .machine import SessionMachine, decide_media_down
-from .slot import LinkSlot, record_recovery
+from .slot import LinkSlot
+from .stats import SessionStats
 
 log = sdk_logger("avatar_sdk.session")
 
@@ -53,17 +54,15 @@ class MediaTier:
         clock: Clock,
         slot: LinkSlot,
         emit: Callable[[str, dict[str, Any]], object],
-        spawn: Spawn,
         escalate: Callable[[str], Awaitable[Any]],
         socket_alive: Callable[[ServerLink], Awaitable[bool]],
-        stats: dict[str, Any],
+        stats: SessionStats,
     ) -> None:
         self._machine = machine
         self._config = config
         self._clock = clock
         self._slot = slot
         self._emit = emit
-        self._spawn = spawn
         self._escalate = escalate
         self._socket_alive = socket_alive
         self._stats = stats
@@ -193,7 +192,7 @@ class MediaTier:
         others = self._slot.tasks(link).others(than=asyncio.current_task())
         if not others and not self._machine.try_fire("media_recovered"):
             return
-        record_recovery(self._stats, "media", duration)
+        self._stats.record_recovery("media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
 
     async def _media_failed(

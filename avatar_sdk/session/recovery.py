@@ -32,7 +32,8 @@ from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
 from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_connect_failure
 from .media_recovery import MediaTier
-from .slot import LinkSlot, Outcome, record_recovery
+from .slot import LinkSlot, Outcome
+from .stats import SessionStats, Tier
 
 log = sdk_logger("avatar_sdk.session")
 
@@ -69,7 +70,7 @@ class RecoveryController:
         emit: Emit,
         spawn: Spawn,
         on_outcome: Callable[[Outcome], Awaitable[None]],
-        stats: dict[str, Any],
+        stats: SessionStats,
     ) -> None:
         self._machine = machine
         self._config = config
@@ -84,7 +85,7 @@ class RecoveryController:
         self._on_outcome = on_outcome
         self._stats = stats
         self.media = MediaTier(
-            machine=machine, config=config, clock=clock, slot=slot, emit=emit, spawn=spawn,
+            machine=machine, config=config, clock=clock, slot=slot, emit=emit,
             escalate=self.recover_cold, socket_alive=self.socket_alive, stats=stats,
         )  # fmt: skip
         self._cold_spent = 0
@@ -98,8 +99,8 @@ class RecoveryController:
         finally:
             self._machine.set(backing_off=False)
 
-    def _record(self, tier: str, duration: float) -> None:
-        record_recovery(self._stats, tier, duration)
+    def _record(self, tier: Tier, duration: float) -> None:
+        self._stats.record_recovery(tier, duration)
 
     def _note(self, error: AvatarError) -> None:
         self._machine.note_cause(error)
@@ -146,7 +147,7 @@ class RecoveryController:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._join_new_link(Deadline(cfg.overall_connect_timeout), advance)
+                    await self._join_new_link(Deadline(cfg.overall_connect_timeout, clock), advance)
         except AvatarError as error:
             if capacity(error):
                 raise AvatarError(
@@ -327,7 +328,7 @@ class RecoveryController:
         try:
             await self._builder.join(
                 link,
-                Deadline(cfg.overall_connect_timeout),
+                Deadline(cfg.overall_connect_timeout, self._clock),
                 thread_id=self._thread_id(),
                 advance=lambda _: None,
                 after_join=self._restore,
@@ -372,7 +373,7 @@ class RecoveryController:
             return True
         if link is self._slot.current and link.connected:
             log.info("control socket unresponsive; treating it as dropped")
-            self._stats["dead_socket_detections"] = self._stats.get("dead_socket_detections", 0) + 1
+            self._stats.dead_socket_detections += 1
             await link.channel.drop("ping timeout")
         return False
 

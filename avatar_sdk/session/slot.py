@@ -1,5 +1,5 @@
-"""What the session's parts share: the link slot and its outbox, a recovery's outcome, the
-counters."""
+"""What the session's parts share: the link slot and its outbox, a recovery's outcome (the
+counters are :mod:`.stats`)."""
 
 from __future__ import annotations
 
@@ -131,32 +131,3 @@ class LinkSlot:
             await scope.aclose(timeout, spare=asyncio.current_task())
         await old.close(timeout)
         self.retiring.discard(old)
-
-
-def record_recovery(stats: dict[str, Any], tier: str, duration: float) -> None:
-    """Count a recovery and keep its duration (the last 100 per tier)."""
-    stats["reconnects"][tier] += 1
-    durations = stats["recovery_durations"][tier]
-    durations.append(duration)
-    del durations[:-100]
-
-
-def new_stats() -> dict[str, Any]:
-    """A session's counters, empty (``AvatarSession.stats()`` returns a copy)."""
-    return {
-        "reconnects": {"socket": 0, "media": 0, "cold": 0},
-        "recovery_durations": {"socket": [], "media": [], "cold": []},
-        "events_in": 0,
-        "events_out": 0,
-        "protocol_errors": 0,
-        "connect_duration": None,
-    }
-
-
-def stats_snapshot(stats: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """A copy of ``stats`` the caller may keep (nested counters copied too)."""
-    snapshot = dict(stats)
-    snapshot["reconnects"] = dict(stats["reconnects"])
-    snapshot["recovery_durations"] = {k: list(v) for k, v in stats["recovery_durations"].items()}
-    snapshot.update(extra)
-    return snapshot

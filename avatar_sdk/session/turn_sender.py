@@ -39,6 +39,7 @@ from ..wire import (
     clamp_text,
 )
 from .machine import SessionMachine
+from .stats import SessionStats
 from .turns import TurnGate, TurnLedger
 
 
@@ -70,7 +71,7 @@ class TurnDesk:
         guards: ConversationGuards,
         idle: IdleTimer,
         emit: Callable[[str, dict[str, Any]], object],
-        stats: dict[str, Any],
+        stats: SessionStats,
     ) -> None:
         self._config = config
         self._machine = machine
@@ -88,7 +89,6 @@ class TurnDesk:
         self._sync_gate()
         self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._evidence = asyncio.Event()
-        stats.setdefault("turns_resent", 0)
 
     async def speak(self, text: str) -> None:
         """A user turn: sent now, or held until the session is usable again."""
@@ -241,7 +241,7 @@ class TurnDesk:
             if not self._machine.usable:
                 break
             await self._send_turn(turn.text, resend=True)
-            self._stats["turns_resent"] += 1
+            self._stats.turns_resent += 1
             self._emit("turn_resent", {"text": turn.text, "tier": tier})
 
     async def resend_after_spiral(self, text: str) -> bool:

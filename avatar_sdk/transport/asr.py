@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.sdp import candidate_from_sdp
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..media.devices import classify_device_error
@@ -59,6 +59,9 @@ __all__ = [
 ]
 
 log = sdk_logger(__name__)
+
+#: What paces the uplink's own silence: real-time audio, so always the system clock.
+_REAL_TIME: Clock = SYSTEM_CLOCK
 
 SourceErrorSink = Callable[[ErrorCode, BaseException], None]
 
@@ -158,12 +161,15 @@ class UplinkTrack(MediaStreamTrack):
         return frame
 
     async def _paced_silence(self) -> av.AudioFrame:
-        now = time.monotonic()
+        # Real-time audio: silence is paced on the system clock whatever clock the session
+        # was given (a fake one would never let the sender pull a frame), like the sources
+        # in avatar_sdk.media.
+        now = _REAL_TIME.monotonic()
         if self._started is None:
             self._started = now - self._pts / SAMPLE_RATE
         due = self._started + self._pts / SAMPLE_RATE
         if due > now:
-            await asyncio.sleep(due - now)
+            await _REAL_TIME.sleep(due - now)
         else:
             self._started = now - self._pts / SAMPLE_RATE  # do not burst after a stall
         return _silence()
@@ -233,10 +239,17 @@ class AsrUplink:
     """One ASR peer connection (send-only audio), negotiated by the caller over the socket."""
 
     def __init__(
-        self, *, configuration: RTCConfiguration, track: UplinkTrack, encode_on_loop: bool = False
+        self,
+        *,
+        configuration: RTCConfiguration,
+        track: UplinkTrack,
+        clock: Clock,
+        encode_on_loop: bool = False,
     ) -> None:
         """``encode_on_loop``: encode PCM with the mono voice encoder on the event loop
-        instead of aiortc's encoder thread (see the module docstring)."""
+        instead of aiortc's encoder thread (see the module docstring). ``clock``: the
+        session's; ``connected_at`` seeds the receiver-report cadence its watchdog judges."""
+        self._clock = clock
         self.track = track
         self.pc = RTCPeerConnection(configuration)
         self._peer_track = _PeerTrack(track, encode_on_loop=encode_on_loop)
@@ -251,7 +264,7 @@ class AsrUplink:
         state = self.pc.connectionState
         if state == "connected":
             if self.connected_at is None:
-                self.connected_at = time.monotonic()
+                self.connected_at = self._clock.monotonic()
             self._connected.set()
         for listener in list(self.state_listeners):
             listener(state)

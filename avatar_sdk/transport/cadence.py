@@ -23,13 +23,13 @@ derived from the gaps actually seen on the peer:
 * A new peer for the same server (:meth:`start`) keeps the gaps already observed: the
   server's cadence did not change, only the transport did.
 
-Times are passed in (or read from the injected ``clock``), so the rule is tested under a
-fake clock without sleeping.
+Times are passed in (or read from the injected ``clock``, the session's monotonic reader:
+the module stays pure, importing no clock of its own), so the rule is tested under a fake
+clock without sleeping, and its times are on the same line as the watchdog that asks.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -48,7 +48,7 @@ class ReportCadence:
         self,
         floor: float,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
         window: int = WINDOW,
         factor: float = FACTOR,
     ) -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -32,6 +31,21 @@ log = sdk_logger(__name__)
 
 EventSink = Callable[[str, list[Any]], None]
 DisconnectSink = Callable[["ControlChannel", str], None]
+
+
+class WireCounters(Protocol):
+    """Where a channel counts the events it received and sent (a session's stats)."""
+
+    events_in: int
+    events_out: int
+
+
+@dataclass(slots=True)
+class _ChannelCounters:
+    """A channel's own counters, when no session passes its stats."""
+
+    events_in: int = 0
+    events_out: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +74,15 @@ class ControlChannel:
         max_message_size: int = MAX_MESSAGE_SIZE,
         level: str = "published",
         debug_mode: bool = True,
-        counters: dict[str, Any] | None = None,
+        counters: WireCounters | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float],
     ) -> None:
         """``on_protocol_error(event, detail, name_only)``: a frame the socket refused (see
         :data:`~avatar_sdk.transport.csr.ProtocolErrorSink`). ``max_message_size``: bytes;
-        a bigger message is refused by the websocket and ends the transport."""
+        a bigger message is refused by the websocket and ends the transport. ``now``: the
+        session clock's monotonic reader (its socket watchdog compares ``last_activity``
+        with it)."""
         register_secret(token)
         #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
         self._now = now
@@ -90,11 +106,9 @@ class ControlChannel:
         self._emit_lock = asyncio.Lock()
         self._closed = False
         self.connect_count = 0
-        #: ``events_in`` / ``events_out`` on the wire; a session passes one dict to all of
+        #: ``events_in`` / ``events_out`` on the wire; a session passes one object to all of
         #: its channels so its totals span reconnects without being counted twice.
-        self.counters: dict[str, Any] = counters if counters is not None else {}
-        self.counters.setdefault("events_in", 0)
-        self.counters.setdefault("events_out", 0)
+        self.counters: WireCounters = counters if counters is not None else _ChannelCounters()
         self.last_activity = self._now()
 
     def __repr__(self) -> str:
@@ -142,6 +156,7 @@ class ControlChannel:
             http_session=self._http,
             on_protocol_error=self._handle_protocol_error,
             max_message_size=self._max_message_size,
+            now=self._now,
         )
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
@@ -160,7 +175,7 @@ class ControlChannel:
     async def _connect(self, timeout: float) -> ConnectOutcome:
         assert self._client is not None
         client = self._client
-        started = time.monotonic()
+        started = self._now()
         try:
             async with asyncio.timeout(timeout):
                 await client.connect(
@@ -188,7 +203,7 @@ class ControlChannel:
             sid=self.sid or "",
             recovered=bool(client.recovered),
             replayed=client.replayed,
-            duration=time.monotonic() - started,
+            duration=self._now() - started,
         )
 
     def _classify(self, exc: BaseException) -> AvatarError:
@@ -214,7 +229,7 @@ class ControlChannel:
                 await client.emit(event, payload)
             except (socketio.exceptions.SocketIOError, OSError) as exc:
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
-        self.counters["events_out"] += 1
+        self.counters.events_out += 1
 
     async def drop(self, reason: str = "ping timeout") -> None:
         """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
@@ -241,7 +256,7 @@ class ControlChannel:
 
     # -- inbound ----------------------------------------------------------------------------
     async def _handle_event(self, event: str, *args: Any) -> None:
-        self.counters["events_in"] += 1
+        self.counters.events_in += 1
         self.last_activity = self._now()
         self._on_event(event, list(args))
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +50,7 @@ import socketio
 from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
+from ..clock import SYSTEM_CLOCK
 from ..logs import sdk_logger, warnings_only
 from ..wire.disconnect import (
     IO_CLIENT_DISCONNECT,
@@ -98,11 +98,13 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         *,
         on_protocol_error: ProtocolErrorSink | None = None,
         max_message_size: int | None = None,
+        now: Callable[[], float] = SYSTEM_CLOCK.monotonic,
         **kwargs: Any,
     ) -> None:
         """``on_protocol_error``: where refused frames are reported (default: logged).
         ``max_message_size``: bytes; bigger websocket messages are refused (aiohttp's
-        ``max_msg_size``, passed through engineio's ``websocket_extra_options``)."""
+        ``max_msg_size``, passed through engineio's ``websocket_extra_options``).
+        ``now``: what stamps ``last_receive`` (a session passes its clock's reader)."""
         kwargs.setdefault("reconnection", False)  # the session machine decides, not the library
         # python-socketio's default (False) installs a handler and a level on the global
         # logger; a warnings-only logger object leaves the user's logging config alone.
@@ -128,6 +130,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         #: refused frames to report), run once the namespace is connected.
         self._pre_connect: list[Callable[[], Awaitable[None]]] = []
         self._closing = False
+        self._now = now
         self.last_receive = 0.0
         #: Bumped by every connect(): what an abort captured belongs to an older generation.
         self._generation = 0
@@ -277,7 +280,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
     async def _handle_eio_message(self, data: Any) -> None:
         # Replaces python-socketio's: decode and check first, then dispatch (same routing).
         # Nothing may escape: this runs in a task nobody awaits.
-        self.last_receive = time.monotonic()
+        self.last_receive = self._now()
         pending = self._binary_packet
         if pending is not None:
             if isinstance(data, bytes | bytearray):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -17,6 +16,7 @@ import aiohttp
 from aiortc import RTCPeerConnection
 
 from ..besteffort import best_effort
+from ..clock import Clock
 from ..config import AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
@@ -44,7 +44,8 @@ GATE_SETTLE = 0.3
 GATE_CAP = 6.0
 
 #: A report's arrival is read from its stats timestamp (wall clock) and mapped onto the
-#: monotonic clock; a larger apparent age than this means the wall clock jumped.
+#: session clock's monotonic line; an apparent age outside [0, this] means the wall clock
+#: jumped (or the session runs on a fake clock): the report counts as arriving now.
 MAX_REPORT_AGE = 1.0
 
 
@@ -63,6 +64,7 @@ class MediaLanes:
         outputs: dict[str, FanoutTrack],
         video: bool,
         allow_private: bool,
+        clock: Clock,
         turn: TurnConfig | None = None,
         ssl_context: ssl.SSLContext | None = None,
         host_guard: HostGuard | None = None,
@@ -71,8 +73,12 @@ class MediaLanes:
         """``ssl_context``: how WHEP over https verifies the server (None: system CAs).
         ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
         (default: one on the system resolver; injectable for tests). ``audio_codec``:
-        ``"loop"`` encodes and decodes audio on the event loop (see ``AvatarSession``)."""
+        ``"loop"`` encodes and decodes audio on the event loop (see ``AvatarSession``).
+        ``clock``: the session's. Every stamp the lanes keep (a peer's connection, a frame,
+        a receiver report) is on its time line, because the media watchdog compares them
+        with its own readings of that clock (:meth:`down_channels`)."""
         self._config = config
+        self._clock = clock
         self._uplink_track = uplink_track
         self._outputs = outputs
         self._video = video
@@ -93,8 +99,8 @@ class MediaLanes:
         self.stv_url: str | None = None
         self._expect: dict[str, asyncio.Future[InboundEvent]] = {}
         #: The uplink's receiver reports: last arrival on the current peer, and the deadline
-        #: that follows the cadence observed on this server (see recovery.cadence).
-        self.asr_cadence = ReportCadence(config.media_stall_timeout)
+        #: that follows the cadence observed on this server (see transport.cadence).
+        self.asr_cadence = ReportCadence(config.media_stall_timeout, clock=clock.monotonic)
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
         self.peer_down = asyncio.Event()
@@ -126,21 +132,21 @@ class MediaLanes:
         if stv is None or stv.audio_only or not stv.webrtc_url:
             self.audio_only = True
             return
-        started = time.monotonic()
+        started = self._clock.monotonic()
         if self._http is None:
             self._http = whep_http_session(guard=self._guard, ssl_context=self._ssl)
         self.stv_url = stv.webrtc_url
         self.stv = self._new_downlink()
         await self.stv.subscribe(stv.webrtc_url, max(0.05, deadline_left()))
         kind = "video" if self._video else "audio"
-        cap = min(GATE_CAP - (time.monotonic() - started), deadline_left())
+        cap = min(GATE_CAP - (self._clock.monotonic() - started), deadline_left())
         if await self.stv.wait_first_frame(kind, cap):
             # Approving the instant a frame decodes still clips the greeting's first syllable.
             await asyncio.sleep(GATE_SETTLE)
         else:
             self.gate_capped = True
             log.info("playable gate capped after %.2fs without a %s frame", GATE_CAP, kind)
-        self.gate_waited = time.monotonic() - started
+        self.gate_waited = self._clock.monotonic() - started
 
     def _check_open(self) -> None:
         # A recovery still running on lanes that a cold reconnect or close() already
@@ -152,6 +158,7 @@ class MediaLanes:
         return AsrUplink(
             configuration=rtc_configuration(self._turn),
             track=self._uplink_track,
+            clock=self._clock,
             encode_on_loop=self._on_loop,
         )
 
@@ -165,6 +172,7 @@ class MediaLanes:
             allow_private=self._allow_private,
             video=self._video,
             outputs=self._outputs,
+            clock=self._clock,
             guard=self._guard,
             decode_audio_on_loop=self._on_loop,
         )
@@ -218,7 +226,7 @@ class MediaLanes:
                 key = (stamp, getattr(item, "packetsReceived", None))
                 if key != self._asr_report_key:
                     self._asr_report_key = key
-                    self.asr_cadence.observe(_arrival(stamp))
+                    self.asr_cadence.observe(_arrival(stamp, self._clock))
                     self.asr_reports += 1
 
     def down_channels(
@@ -287,13 +295,13 @@ class MediaLanes:
         """
         if self.stv_url is None:
             raise AvatarError(ErrorCode.SESSION_GONE, "no STV session to re-subscribe to")
-        started = time.monotonic()
+        started = self._clock.monotonic()
         old, self.stv = self.stv, None
         if old is not None:
             await old.close(min(1.0, timeout))
         url = self.stv_url
         for attempt in (1, 2):
-            left = max(0.05, timeout - (time.monotonic() - started))
+            left = max(0.05, timeout - (self._clock.monotonic() - started))
             link = self._new_downlink()
             self.stv = link
             try:
@@ -316,7 +324,7 @@ class MediaLanes:
                 continue
             kind = "video" if self._video else "audio"
             if not await link.wait_first_frame(
-                kind, max(0.05, timeout - (time.monotonic() - started))
+                kind, max(0.05, timeout - (self._clock.monotonic() - started))
             ):
                 raise AvatarError(ErrorCode.MEDIA_FAILED, "re-subscribed but no frame arrived")
             return "whep_resubscribe"
@@ -332,7 +340,7 @@ class MediaLanes:
         Reports stay the ongoing liveness signal (``down_channels``), from the new peer's
         first one on.
         """
-        started = time.monotonic()
+        started = self._clock.monotonic()
         old, self.asr = self.asr, None
         if old is not None:
             await old.close()
@@ -348,7 +356,7 @@ class MediaLanes:
             raise AvatarError(ErrorCode.ASR_FAILED, "no local ICE candidate to offer")
         answer_fut = self._expect_event(In.ASR_WEBRTC_ANSWER)
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=True))
-        left = max(0.05, timeout - (time.monotonic() - started))
+        left = max(0.05, timeout - (self._clock.monotonic() - started))
         answer = await self._await_expected(
             answer_fut, left, "asr-webrtc-answer", ErrorCode.ASR_FAILED
         )
@@ -356,10 +364,10 @@ class MediaLanes:
             raise AvatarError(ErrorCode.ASR_FAILED, "unexpected answer event")
         await asr.accept_answer(answer.sdp)
         # A peer stuck in new/checking is given up after ice_stuck_timeout, not the whole budget.
-        left = max(0.05, timeout - (time.monotonic() - started))
+        left = max(0.05, timeout - (self._clock.monotonic() - started))
         await asr.wait_connected(min(left, self._config.ice_stuck_timeout))
         self.asr_cadence.start(asr.connected_at)
-        await asr.wait_sending(max(0.05, timeout - (time.monotonic() - started)))
+        await asr.wait_sending(max(0.05, timeout - (self._clock.monotonic() - started)))
         return "renegotiate"
 
     def on_event(self, event: InboundEvent) -> None:
@@ -419,11 +427,13 @@ class MediaLanes:
             self._http = None
 
 
-def _arrival(stamp: object) -> float:
-    """The monotonic time a stats entry was made, from its wall-clock ``timestamp``
-    (aiortc stamps ``remote-inbound-rtp`` when the report arrives); now if unknown."""
-    now = time.monotonic()
+def _arrival(stamp: object, clock: Clock) -> float:
+    """The time on ``clock``'s monotonic line a stats entry was made, from its wall-clock
+    ``timestamp`` (aiortc stamps ``remote-inbound-rtp`` when the report arrives); now if
+    unknown. Its age is read on ``clock``'s wall line, so the system clock gives exactly the
+    report's age and a fake one (whose wall is not aiortc's) an age clamped to now."""
+    now = clock.monotonic()
     if not isinstance(stamp, datetime):
         return now
-    age = time.time() - stamp.timestamp()
+    age = clock.wall() - stamp.timestamp()
     return now - min(max(age, 0.0), MAX_REPORT_AGE)

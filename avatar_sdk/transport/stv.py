@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 from collections import deque
 from typing import Any
 from urllib.parse import urljoin
@@ -19,6 +18,7 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..clock import Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from . import loop_decode
@@ -106,6 +106,7 @@ class StvDownlink:
         allow_private: bool,
         video: bool,
         outputs: dict[str, FanoutTrack],
+        clock: Clock,
         guard: HostGuard | None = None,
         decode_audio_on_loop: bool = False,
     ) -> None:
@@ -113,8 +114,10 @@ class StvDownlink:
         :func:`whep_http_session`); without one, hosts are still resolved and checked
         before each request, but the connection is not pinned to what was checked.
         ``decode_audio_on_loop``: decode the voice on the event loop, not in aiortc's
-        decoder thread (:mod:`.loop_decode`); video always keeps its thread."""
+        decoder thread (:mod:`.loop_decode`); video always keeps its thread. ``clock``: the
+        session's; frame and subscription stamps are compared with its watchdog's times."""
         self._http = http
+        self._clock = clock
         self._allow_private = allow_private
         self._guard = None if allow_private else guard or HostGuard()
         self._video = video
@@ -195,7 +198,7 @@ class StvDownlink:
             await self._check_host(resolved)
             self.location = resolved
         await apply_answer(self.pc, body, ErrorCode.MEDIA_FAILED, "WHEP answer")
-        self.subscribed_at = time.monotonic()
+        self.subscribed_at = self._clock.monotonic()
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         task = asyncio.ensure_future(self._pump(track))
@@ -210,7 +213,7 @@ class StvDownlink:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            now = time.monotonic()
+            now = self._clock.monotonic()
             self.frames[kind] = self.frames.get(kind, 0) + 1
             self.last_frame_at = now
             if kind not in self.first_frame_at:

@@ -20,6 +20,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from avatar_sdk import AvatarSession
+from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.asr_peer import AsrPeer
 from avatar_sdk.testing.media import StagingMedia
@@ -94,7 +95,9 @@ async def wait(event: asyncio.Event, timeout: float = 3.0) -> None:
 
 
 def _uplink() -> AsrUplink:
-    return AsrUplink(configuration=rtc_configuration(None), track=UplinkTrack(None))
+    return AsrUplink(
+        configuration=rtc_configuration(None), track=UplinkTrack(None), clock=SYSTEM_CLOCK
+    )
 
 
 @pytest.mark.usefixtures("two_host_addresses")
@@ -148,6 +151,7 @@ async def test_a_downlink_cancelled_while_subscribing_leaves_no_socket(
         allow_private=True,
         video=True,
         outputs={},
+        clock=SYSTEM_CLOCK,
     )
     subscribing = asyncio.ensure_future(link.subscribe("http://127.0.0.1:9/whep", 5))
     await asyncio.wait_for(gate.reached.wait(), 3)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from avatar_sdk import AvatarSession
+from avatar_sdk.clock import FakeClock
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 
@@ -441,3 +444,68 @@ async def test_a_dying_watchdog_fails_the_session_loudly(
     assert event.data["code"] == "internal"
     assert session.state == "failed"
     assert session.health().upstream == "failed"
+
+
+@pytest.mark.parametrize("offset", [-3600.0, 3600.0], ids=["fake-behind-real", "fake-ahead"])
+async def test_a_media_stall_and_its_recovery_run_on_the_session_clock(
+    staging: StagingServer, offset: float
+) -> None:
+    """Issue 16 item 3 (one time line): the media watchdog's verdict "no downlink media for
+    ``media_stall_timeout``" compares the downlink's frame stamps with the recovery side's
+    times, so both must read the session's clock. Under a FakeClock set an hour away from
+    the real monotonic clock, time moves only when the test advances it: healthy media is
+    never judged dead however far the fake clock is from the real one, a stall is judged
+    once the fake clock has moved one stall window past the last frame, and the media tier
+    recovers it and records its duration on the same clock."""
+    stall = 0.5
+    clock = FakeClock(start=time.monotonic() + offset)
+    session = await _connected(
+        staging, config=MEDIA.with_(media_stall_timeout=stall), clock=clock, video=False
+    )
+    try:
+        lanes = session.media
+        assert lanes is not None and lanes.stv is not None
+        downlink = lanes.stv
+        sid = staging.live_sids[0]
+        verdicts = spy_on_media_watchdog(lanes)
+
+        async def step() -> None:
+            # Fake time moves about as fast as real time: 20 ms per uplink frame the server
+            # decodes (they keep coming while the downlink is stalled), so the uplink's
+            # receiver reports keep their real cadence on the fake time line too.
+            frames = staging.media.asr_stats(sid).frames
+            await clock.advance(0.02)
+            assert await until(lambda: staging.media.asr_stats(sid).frames > frames, 2)
+
+        # Healthy: three stall windows of fake time with the avatar's voice flowing.
+        healthy_from = clock.monotonic()
+        while not any(v.watched_for >= 3 * stall for v in verdicts):
+            await step()
+            assert clock.monotonic() - healthy_from < 10 * stall, "the watchdog never looked"
+        assert [v.down for v in verdicts if v.down] == []
+
+        # Stalled: the verdict comes once the fake clock is a stall window past the last frame.
+        recovering = session.expect("media_recovering", lambda e: e.data["channel"] == "stv")
+        recovered = session.expect("media_recovered", lambda e: e.data["channel"] == "stv", 10)
+        await staging.faults.media_stall("stv", seconds=None)
+        stalled_at = clock.monotonic()
+        while not recovering.done():
+            await step()
+            assert clock.monotonic() - stalled_at < 10 * stall, "no stall verdict"
+        reason = (await recovering).data["reason"]
+        silent = float(reason.removeprefix("no media for ").removesuffix("s"))
+        assert stall < silent <= stall + 0.3, reason
+        assert downlink.last_frame_at is not None
+        assert stall < clock.monotonic() - downlink.last_frame_at <= stall + 0.3
+
+        # Recovered in place; its duration is fake time (none passed while it ran).
+        staging.faults.clear()
+        event = await recovered
+        assert event.data["duration"] == 0.0
+        stats = session.stats()
+        assert stats["reconnects"]["media"] == 1
+        assert stats["recovery_durations"]["media"] == [0.0]
+        assert lanes.stv is not None and lanes.stv is not downlink
+        assert lanes.stv.subscribed_at == clock.monotonic()
+    finally:
+        await session.close()

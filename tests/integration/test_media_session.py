@@ -10,6 +10,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.media import AudioLevelMeter, FailingSource, ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
@@ -188,6 +189,7 @@ async def test_private_whep_host_is_refused_without_the_flag() -> None:
             allow_private=False,
             video=True,
             outputs={"video": FanoutTrack("video")},
+            clock=SYSTEM_CLOCK,
         )
         try:
             with pytest.raises(AvatarError) as info:

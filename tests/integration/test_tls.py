@@ -14,6 +14,7 @@ from aiohttp import web
 from aiortc import RTCConfiguration
 
 from avatar_sdk import AvatarError, AvatarSession, ChatSession, ErrorCode
+from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.tls import TestCA
 from avatar_sdk.transport.genie import GenieClient
@@ -150,6 +151,7 @@ async def test_whep_with_an_untrusted_certificate_is_tls_failed(ca: TestCA) -> N
                 allow_private=True,
                 video=False,
                 outputs={},
+                clock=SYSTEM_CLOCK,
             )
             with pytest.raises(AvatarError) as info:
                 await link.subscribe(url, 2.0)

@@ -12,6 +12,7 @@ from aiohttp import web
 from aiortc import RTCConfiguration
 
 from avatar_sdk import AvatarError, ErrorCode
+from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
 
 
@@ -59,6 +60,7 @@ async def _subscribe(
         allow_private=True,
         video=True,
         outputs={"video": FanoutTrack("video"), "audio": FanoutTrack("audio")},
+        clock=SYSTEM_CLOCK,
     )
     try:
         await link.subscribe(ep.url, timeout)
@@ -111,7 +113,12 @@ async def test_private_location_is_refused_without_the_flag(endpoint: Endpoint) 
     endpoint.location = "https://10.1.2.3/rtc/v1/whep/resource/abc"
     http = aiohttp.ClientSession()
     link = StvDownlink(
-        http=http, configuration=RTCConfiguration(), allow_private=False, video=False, outputs={}
+        http=http,
+        configuration=RTCConfiguration(),
+        allow_private=False,
+        video=False,
+        outputs={},
+        clock=SYSTEM_CLOCK,
     )
     # The request URL is loopback too, so check the Location rule on its own.
     with pytest.raises(AvatarError) as info:

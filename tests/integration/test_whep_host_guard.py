@@ -18,6 +18,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from avatar_sdk import AvatarError, ErrorCode, SessionConfig
+from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.transport.asr import UplinkTrack
 from avatar_sdk.transport.hostguard import HostGuard
 from avatar_sdk.transport.media import MediaLanes
@@ -76,6 +77,7 @@ def _lanes(*, allow_private: bool, guard: HostGuard | None = None) -> MediaLanes
         outputs={},
         video=False,
         allow_private=allow_private,
+        clock=SYSTEM_CLOCK,
         host_guard=guard,
     )
 

@@ -16,6 +16,7 @@ from avatar_sdk.lifecycle.completion import IdleTimer
 from avatar_sdk.session.machine import SessionMachine
 from avatar_sdk.session.recovery import LinkSlot, Outcome, RecoveryController
 from avatar_sdk.session.router import route
+from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.session.supervisor import Supervisor
 from avatar_sdk.session.turn_sender import UNINTERRUPTIBLE_CAP, TurnDesk
 from avatar_sdk.session.turns import TurnLedger
@@ -192,10 +193,7 @@ def _controller(
         emit=lambda name, data: events.append((name, data)),
         spawn=lambda coro, name: asyncio.ensure_future(coro),
         on_outcome=on_outcome,
-        stats={
-            "reconnects": {"socket": 0, "media": 0, "cold": 0},
-            "recovery_durations": {"socket": [], "media": [], "cold": []},
-        },
+        stats=SessionStats(),
     )
     return controller, machine, builder, clock, events
 
@@ -353,7 +351,7 @@ async def test_a_greeting_that_never_ends_holds_turns_only_for_the_cap() -> None
     desk = TurnDesk(
         config=config, machine=machine, clock=clock, outbox=SimpleNamespace(send=send),
         guards=ConversationGuards(config, lambda n, d: None, clock=clock),
-        idle=IdleTimer(0, lambda: None, clock=clock), emit=lambda n, d: None, stats={},
+        idle=IdleTimer(0, lambda: None, clock=clock), emit=lambda n, d: None, stats=SessionStats(),
     )  # fmt: skip
     greeting = make_speech_id("approved-permissions", nonce="Gr33")
     desk.observe_turn(AgentStartSpeech(speech_id=greeting, turn_id="t1", is_new_turn=True))

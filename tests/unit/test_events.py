@@ -316,15 +316,16 @@ async def test_the_gap_notice_reaches_a_filtered_stream_and_counts_per_bus() -> 
     assert bus.dropped == 3  # the total across every stream of the bus
 
 
-async def test_a_bus_counts_drops_into_the_session_stats() -> None:
+async def test_a_bus_counts_the_drops_of_its_configured_bound() -> None:
+    """The session's ``stats()["events_dropped"]`` reads this count (the session-level
+    check: ``tests/unit/test_session_stats.py``)."""
     bus = EventBus()
-    stats: dict[str, Any] = {}
-    bus.configure(queue_size=2, counters=stats)
-    assert stats["events_dropped"] == 0
+    bus.configure(queue_size=2)
+    assert bus.dropped == 0
     stream = bus.events()  # the configured default bound
     for _ in range(5):
         bus.emit("tick")
-    assert stats["events_dropped"] == 3 == stream.dropped
+    assert bus.dropped == 3 == stream.dropped
     await stream.aclose()
 
 

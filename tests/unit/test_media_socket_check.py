@@ -15,6 +15,7 @@ from avatar_sdk.session.link import ServerLink
 from avatar_sdk.session.machine import SessionMachine, decide_media_down
 from avatar_sdk.session.recovery import RecoveryController
 from avatar_sdk.session.slot import LinkSlot
+from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.wire import AvailabilityResult, In, Out
 
 
@@ -75,7 +76,7 @@ def _controller(link: ServerLink, probe_timeout: float) -> RecoveryController:
         emit=lambda name, data: None,
         spawn=lambda coro, name: asyncio.ensure_future(coro),
         on_outcome=nothing,
-        stats={},
+        stats=SessionStats(),
     )
 
 

@@ -13,6 +13,7 @@ from avatar_sdk.config import SessionConfig
 from avatar_sdk.guards.brain import ConversationGuards
 from avatar_sdk.lifecycle.completion import IdleTimer
 from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.session.turn_sender import TurnDesk
 from avatar_sdk.session.turns import TurnGate
 from avatar_sdk.wire import (
@@ -102,7 +103,7 @@ def _desk(clock: FakeClock, sent: list[Any]) -> TurnDesk:
         guards=ConversationGuards(config, emit, clock=clock),
         idle=IdleTimer(0, lambda: None, clock=clock),
         emit=emit,
-        stats={},
+        stats=SessionStats(),
     )
 
 
