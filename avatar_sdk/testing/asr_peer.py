@@ -23,7 +23,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
 from ..logs import sdk_logger
-from ..transport.ice import close_ice_connection, guard_gathering, set_local_description
+from ..transport.ice import close_ice_connection, guard_connection, set_local_description
 from ..transport.loop_decode import decode_audio_on_loop
 from .rtc_util import IcePath, _blackhole, _close_pc, _ice_transports, _rtc_configuration
 from .synthetic import audio_rms
@@ -206,7 +206,7 @@ class AsrPeer:
         if path is None or dtls.state != "connected":
             raise RuntimeError(f"no DTLS session to carry over (dtls {dtls.state})")
         new = Connection(ice_controlling=path.active.ice_controlling)
-        guard_gathering(new)  # a cancelled restart must not drop the sockets bound so far
+        guard_connection(new)  # a cancelled or closed restart must leave no socket, no task
         try:
             await new.gather_candidates()
             new.remote_username = media.ice.usernameFragment

@@ -5,8 +5,10 @@
   options; every one is stopped after the test.
 * ``avatar_session``: an :class:`~avatar_sdk.AvatarSession` connected to ``staging`` and
   greeted (``media=False`` unless ``@pytest.mark.avatar_session(media=True, config=...)``
-  says otherwise), closed after the test, which fails if the session leaked a task, a
-  socket or a peer connection.
+  says otherwise), closed after the test, which fails if the session leaked a task (judged
+  by its whole coroutine chain), an aiohttp session, a Socket.IO connection, a peer
+  connection or a socket (UDP or TCP, counted in the process's file descriptors): see
+  :mod:`avatar_sdk.testing.leaks`.
 * ``avatar_session_factory``: ``await avatar_session_factory(config=..., staging=...)`` for
   several sessions (``connect=False``, ``greeted=False`` to stop earlier), each closed and
   leak-checked the same way.
@@ -20,13 +22,13 @@ next to nothing: the staging backend and the session load when a fixture is firs
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from .leaks import LeakCheck
 
 if TYPE_CHECKING:
     from ..session.facade import AvatarSession
@@ -104,75 +106,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(STRICT_MODE.format(test=item.nodeid), pytrace=False)
 
 
-# -- leak checks -------------------------------------------------------------------------------
-def _client_task(task: asyncio.Task[Any]) -> bool:
-    """A task of the SDK's client side (not of the staging backend, not the test's own)."""
-    code = getattr(task.get_coro(), "cr_code", None)
-    path = (getattr(code, "co_filename", "") or "").replace("\\", "/")
-    if "/avatar_sdk/" in path:
-        return "/avatar_sdk/testing/" not in path
-    return path.endswith(("/socketio/async_client.py", "/engineio/async_client.py"))
-
-
-def _classes(*names: str) -> tuple[type, ...]:
-    """The classes ``module:Name`` already imported (a class never loaded has no objects)."""
-    found = []
-    for name in names:
-        module, _, attr = name.partition(":")
-        cls = getattr(sys.modules.get(module), attr, None)
-        if isinstance(cls, type):
-            found.append(cls)
-    return tuple(found)
-
-
-def _open_client_objects() -> dict[int, str]:
-    """Open client sockets and peers, by id: Engine.IO clients not disconnected, and the
-    SDK's peer connections (uplink, downlink) not closed."""
-    sockets = _classes("engineio.async_client:AsyncClient")
-    peers = _classes("avatar_sdk.transport.asr:AsrUplink", "avatar_sdk.transport.stv:StvDownlink")
-    found: dict[int, str] = {}
-    if not sockets and not peers:
-        return found
-    for obj in gc.get_objects():
-        if sockets and isinstance(obj, sockets):
-            if getattr(obj, "state", "disconnected") != "disconnected":
-                url = str(getattr(obj, "base_url", "") or "?").split("?", 1)[0]
-                found[id(obj)] = f"socket to {url}"
-        elif peers and isinstance(obj, peers):
-            state = getattr(getattr(obj, "pc", None), "connectionState", "closed")
-            if state != "closed":
-                found[id(obj)] = f"peer connection ({type(obj).__name__}, {state})"
-    return found
-
-
-class _LeakCheck:
-    """What the SDK had open before the sessions started, to tell what they leaked."""
-
-    def __init__(self) -> None:
-        self.tasks = set(asyncio.all_tasks())
-        self.objects = set(_open_client_objects())
-
-    def leaks(self) -> list[str]:
-        current = asyncio.current_task()
-        tasks = [
-            t
-            for t in asyncio.all_tasks()
-            if t not in self.tasks and t is not current and not t.done() and _client_task(t)
-        ]
-        found = [v for k, v in _open_client_objects().items() if k not in self.objects]
-        return found + [f"task {t.get_name()} ({t.get_coro()!r})" for t in tasks]
-
-    async def settle(self, grace: float = LEAK_GRACE) -> list[str]:
-        """The leaks still there after at most ``grace`` seconds (none: returns at once)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while True:
-            found = self.leaks()
-            if not found or loop.time() >= deadline:
-                return found
-            await asyncio.sleep(0.02)
-
-
 class _Sessions:
     """The sessions one test made: built against a staging backend, all closed at the end,
     then checked for leaks."""
@@ -180,7 +113,7 @@ class _Sessions:
     def __init__(self, staging: StagingServer) -> None:
         self.staging = staging
         self.made: list[AvatarSession] = []
-        self.check = _LeakCheck()
+        self.check = LeakCheck()
 
     async def make(
         self,
@@ -216,7 +149,7 @@ class _Sessions:
         """Close every session, then fail the test if anything of theirs is still open."""
         for session in self.made:
             await session.close()
-        leaks = await self.check.settle()
+        leaks = await self.check.settle(LEAK_GRACE)
         if leaks:
             # Reported, then released for real (a test may have replaced close()), so one
             # leaking test does not spill into the next.

@@ -7,8 +7,14 @@ bound. A peer closed during ``setLocalDescription`` (a session closed while conn
 conversation that ended while the staging server answered) closed a connection that had no
 socket yet, and the sockets bound afterwards stayed open; a caller cancelled there dropped
 the sockets already bound on the floor. Either way a ``ResourceWarning: unclosed socket``
-surfaced much later, in whatever code the garbage collector happened to interrupt. Private
-aiortc 1.16 / aioice 0.13 attributes: both are pinned exactly.
+surfaced much later, in whatever code the garbage collector happened to interrupt.
+
+The same guard covers a close that lands as ICE completes: aioice's ``close()`` stops the
+consent checks only if they have started, and ``connect()``, resumed after that close,
+starts them on the closed connection, where they loop every ~5 s for ever (a task leaked
+per peer, seen in the chaos soak). A connection closed while ``connect()`` was in flight
+has them stopped as soon as ``connect()`` returns. Private aiortc 1.16 / aioice 0.13
+attributes: both are pinned exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ log = sdk_logger(__name__)
 
 #: Attribute of a guarded aioice connection holding its gathering task.
 _GATHERING: Final = "_avatar_sdk_gathering"
+#: Attribute set on an aioice connection whose ``connect()`` is guarded.
+_CONNECT_GUARDED: Final = "_avatar_sdk_connect_guarded"
 #: Shortest time given to a step of :func:`close_peer` once its budget is spent (s).
 _MIN_STEP: Final = 0.05
 
@@ -99,7 +107,14 @@ def ice_connections(pc: RTCPeerConnection) -> list[Any]:
     return list(found.values())
 
 
-def guard_gathering(connection: Any) -> None:
+def guard_connection(connection: Any) -> None:
+    """Make an aioice connection safe to close at any moment (idempotent): its gathering
+    (:func:`_guard_gathering`) and its ``connect()`` (:func:`_guard_connect`)."""
+    _guard_gathering(connection)
+    _guard_connect(connection)
+
+
+def _guard_gathering(connection: Any) -> None:
     """Make ``connection.gather_candidates()`` safe to interrupt (idempotent).
 
     The gathering runs in a task of its own that a cancelled caller does not stop (so no
@@ -122,6 +137,28 @@ def guard_gathering(connection: Any) -> None:
     connection.gather_candidates = gather_candidates
 
 
+def _guard_connect(connection: Any) -> None:
+    """Make ``connection.connect()`` leave no consent checks on a connection closed while
+    it ran (idempotent): aioice starts them after its checks complete even when ``close()``
+    came in between, and nothing would ever stop them."""
+    if getattr(connection, _CONNECT_GUARDED, False):
+        return
+    original: Callable[[], Awaitable[None]] = connection.connect
+    setattr(connection, _CONNECT_GUARDED, True)
+
+    async def connect() -> None:
+        await original()
+        if connection._closing:
+            consent: asyncio.Task[None] | None = connection._query_consent_task
+            connection._query_consent_task = None
+            if consent is not None and not consent.done():
+                log.debug("stopping the consent checks of an ICE connection closed meanwhile")
+                consent.cancel()
+                await asyncio.gather(consent, return_exceptions=True)
+
+    connection.connect = connect
+
+
 async def _gather_then_tidy(connection: Any, gather: Callable[[], Awaitable[None]]) -> None:
     try:
         await gather()
@@ -139,10 +176,11 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 async def set_local_description(pc: RTCPeerConnection, description: RTCSessionDescription) -> None:
-    """``pc.setLocalDescription(description)`` with the gathering it runs guarded
-    (:func:`guard_gathering`). Use it instead of the bare call on every peer we close."""
+    """``pc.setLocalDescription(description)`` with the gathering it runs and the connect
+    that follows guarded (:func:`guard_connection`). Use it instead of the bare call on every
+    peer we close."""
     for connection in ice_connections(pc):
-        guard_gathering(connection)
+        guard_connection(connection)
     await pc.setLocalDescription(description)
 
 

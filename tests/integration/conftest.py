@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +8,7 @@ import pytest_asyncio
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.leaks import sdk_tasks  # noqa: F401 (re-exported: tests import it here)
 from avatar_sdk.transport.media import MediaLanes
 
 from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
@@ -45,19 +45,6 @@ async def make_session(staging: StagingServer) -> AsyncIterator[SessionFactory]:
     yield factory
     for session in made:
         await session.close()
-
-
-def sdk_tasks() -> list[asyncio.Task[Any]]:
-    """Tasks still alive that belong to the SDK or to python-socketio/engineio."""
-    current = asyncio.current_task()
-    alive = []
-    for task in asyncio.all_tasks():
-        if task is current or task.done():
-            continue
-        text = repr(task.get_coro())
-        if any(k in text for k in ("avatar_sdk", "socketio", "engineio")) and "testing" not in text:
-            alive.append(task)
-    return alive
 
 
 @dataclass(frozen=True)

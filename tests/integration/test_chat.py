@@ -23,7 +23,7 @@ from avatar_sdk.clock import FakeClock
 from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
 
-from .conftest import until
+from .conftest import sdk_tasks, until
 
 FAST = SessionConfig(close_timeout=1.0, session_complete_timeout=2.0, server_connect_timeout=2.0)
 ChatFactory = Callable[..., ChatSession]
@@ -56,17 +56,8 @@ def record(chat: ChatSession, *names: str) -> list[Event]:
 
 
 def chat_tasks() -> list[asyncio.Task[Any]]:
-    """Live tasks running SDK code (the staging server's handlers excluded)."""
-    current = asyncio.current_task()
-    alive = []
-    for task in asyncio.all_tasks():
-        if task is current or task.done():
-            continue
-        code = getattr(task.get_coro(), "cr_code", None)
-        filename = code.co_filename if code is not None else ""
-        if "avatar_sdk" in filename and "testing" not in filename:
-            alive.append(task)
-    return alive
+    """Live tasks of the client side (the SDK's, aiohttp's client): the suite's one helper."""
+    return sdk_tasks()
 
 
 async def eventually(predicate: Callable[[], bool], timeout: float = 2.0) -> None:

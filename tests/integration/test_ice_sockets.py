@@ -33,7 +33,7 @@ from avatar_sdk.transport.ice import (
 )
 from avatar_sdk.transport.stv import StvDownlink
 
-from .conftest import FAST
+from .conftest import FAST, until
 
 
 class BindGate:
@@ -233,3 +233,37 @@ async def test_a_session_closed_while_its_offer_gathers_leaves_no_socket(
     await asyncio.gather(connecting, return_exceptions=True)
     assert gate.transports
     assert gate.open() == []
+
+
+async def test_a_peer_closed_as_its_ice_checks_complete_leaves_no_consent_task() -> None:
+    """aioice's ``close()`` finds no consent task while ``connect()`` waits to resume from
+    the check list's verdict; ``connect()`` then starts one on the closed connection, which
+    loops every ~5 s for ever (nothing left to check, so it never expires). Seen in the
+    chaos soak: a staging peer's ``Connection.query_consent`` task alive after the session
+    and the server were gone. The close is scheduled here right as the checks complete,
+    before ``connect()`` resumes: that interleaving every time."""
+    offerer, answerer = RTCPeerConnection(), RTCPeerConnection()
+    closing: list[asyncio.Task[None]] = []
+    try:
+        offerer.addTransceiver("audio", direction="sendonly")
+        await set_local_description(offerer, await offerer.createOffer())
+        await answerer.setRemoteDescription(offerer.localDescription)
+        await set_local_description(answerer, await answerer.createAnswer())
+        (connection,) = ice_connections(answerer)
+        verdicts = connection._check_list_state
+        put = verdicts.put_nowait
+
+        def close_first(verdict: int) -> None:
+            if verdict == aioice.ice.ICE_COMPLETED and not closing:
+                closing.append(asyncio.ensure_future(close_peer(answerer, 2.0)))
+            put(verdict)
+
+        verdicts.put_nowait = close_first
+        await offerer.setRemoteDescription(answerer.localDescription)
+        assert await until(lambda: bool(closing) and closing[0].done(), 5.0)
+        assert answerer.connectionState == "closed"
+        consent = connection._query_consent_task
+        assert consent is None or consent.done(), f"consent checks left running: {consent!r}"
+    finally:
+        await close_peer(offerer, 2.0)
+        await close_peer(answerer, 2.0)

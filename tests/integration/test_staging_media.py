@@ -27,6 +27,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.leaks import media_tasks
 from avatar_sdk.testing.media import IcePath
 from avatar_sdk.testing.synthetic import audio_rms, read_frame_counter
 from avatar_sdk.transport.csr import RecoveringAsyncClient
@@ -195,14 +196,8 @@ async def sent_more(pc: RTCPeerConnection, mark: int, packets: int) -> bool:
 
 
 def leftover_media_tasks() -> list[asyncio.Task[Any]]:
-    current = asyncio.current_task()
-    return [
-        t
-        for t in asyncio.all_tasks()
-        if t is not current
-        and not t.done()
-        and any(k in repr(t.get_coro()) for k in ("aiortc", "aioice", "avatar_sdk.testing"))
-    ]
+    """Tasks of peer connections on either end (aiortc, aioice, the staging's media)."""
+    return media_tasks()
 
 
 # -- ASR uplink ------------------------------------------------------------------------------

@@ -24,27 +24,27 @@ the probe and every watchdog wait with ``asyncio.wait`` on a clock timer
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.leaks import describe_task
 
-from ..integration.conftest import FAST
+from ..integration.conftest import FAST, sdk_tasks
 
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6)
 
 
 async def _close_at_once(session: AvatarSession, caplog: pytest.LogCaptureFixture) -> None:
-    """Close now; every task must stop at its cancellation, so close takes no time."""
+    """Close now; every task must stop at its cancellation. Asserted by what happened, not
+    by how long close took: a task that swallows its cancellation is logged by the
+    supervisor ("did not stop") and is still running when close() returns."""
     caplog.set_level(logging.ERROR, logger="avatar_sdk.session.supervisor")
-    started = time.monotonic()
     await session.close()
-    took = time.monotonic() - started
     stuck = [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
     assert stuck == []  # today: the watchdog, cancelled, kept running
-    assert took < PROBING.close_timeout / 2, took  # today: the whole close_timeout
+    assert sdk_tasks() == [], [describe_task(t) for t in sdk_tasks()]  # at once: none left
 
 
 async def test_close_right_after_a_probe_answer_stops_every_task_at_once(

@@ -20,9 +20,10 @@ from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import Conversation, StagingServer
+from avatar_sdk.testing.leaks import describe_task
 from avatar_sdk.wire import SpeechId
 
-from ..integration.conftest import sdk_tasks
+from ..integration.conftest import sdk_tasks, until
 from ..integration.test_media_session import open_peers
 
 pytestmark = pytest.mark.slow
@@ -336,6 +337,6 @@ async def test_seeded_chaos_tour_keeps_the_session_usable() -> None:
             raise
         finally:
             await session.close()
-    await asyncio.sleep(0.2)
-    assert sdk_tasks() == []
+    # Bounded wait for the last peers' teardown, not a fixed sleep.
+    assert await until(lambda: sdk_tasks() == [], 2), [describe_task(t) for t in sdk_tasks()]
     assert open_peers() == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,8 @@ async def test_wait_for_and_expect_on_a_closed_bus_fail_at_once(how: str) -> Non
         await bus.aclose()
     else:
         bus.close_streams()
-    started = time.monotonic()
+    # "At once" is the exception itself: a waiter that waited would end in wait_for's
+    # TimeoutError, not AvatarError(CLOSED); no wall-clock bound needed.
     with pytest.raises(AvatarError) as caught:
         await asyncio.wait_for(bus.wait_for("x"), 1)
     assert caught.value.code is ErrorCode.CLOSED
@@ -72,7 +72,6 @@ async def test_wait_for_and_expect_on_a_closed_bus_fail_at_once(how: str) -> Non
     with pytest.raises(AvatarError) as caught:
         await asyncio.wait_for(bus.expect("x"), 1)
     assert caught.value.code is ErrorCode.CLOSED
-    assert time.monotonic() - started < 0.5
 
 
 async def test_pending_waiters_fail_with_closed_when_the_bus_closes() -> None:

@@ -39,6 +39,9 @@ from ..conftest import until
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fcntl and POSIX signals")
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Wall-clock bound (s) that only catches a hang or a wait that should not happen (each use
+#: says which); never a speed claim: speed is measured in benchmarks/.
+HANG_GUARD = 2.0
 
 
 def new_thread() -> str:
@@ -352,7 +355,10 @@ async def test_a_slow_backend_is_bounded_by_the_timeout(
     result = await signal_.complete(reason="close")
     elapsed = time.monotonic() - started
     assert result["outcome"] == "timeout" and result["delivered"] is False
-    assert 0.25 < elapsed < 1.0
+    # It waited its timeout (a busy machine only makes that longer), and it gave up before
+    # the server's answer at 3 s: a hang guard, not a speed claim.
+    assert elapsed >= 0.25
+    assert elapsed < HANG_GUARD < 3.0
 
 
 async def test_cancellation_leaves_it_retryable(
@@ -525,6 +531,10 @@ async def test_exit_hook_sends_pending_completions_once_per_thread(
 async def test_exit_hook_is_bounded(
     staging: StagingServer, genie: GenieClient, leases: ThreadLeases, hooks: ShutdownHooks
 ) -> None:
+    """The exit bound caps a completion that would wait longer: the hook returns before the
+    server's answer (3 s). What it reports is a race by design (the completion's own
+    timeout is the bound too), so only "nothing delivered" is asserted here; the next test
+    pins the result."""
     staging.faults.genie_delay(3.0)
     hooks.exit_bound = 0.3
     signal_ = CompletionSignal(genie, timeout=5.0, leases=leases, thread_id=new_thread())
@@ -532,14 +542,30 @@ async def test_exit_hook_is_bounded(
     hooks.track(signal_)
     started = time.monotonic()
     results = await asyncio.to_thread(hooks.run_exit_hook)
-    assert time.monotonic() - started < 0.8
-    assert results == [] or results[0]["outcome"] == "timeout"
+    assert time.monotonic() - started < HANG_GUARD < 3.0  # before the answer: capped
+    assert not any(r.get("delivered") for r in results)
 
 
-def test_exit_hook_without_pending_work_is_instant(hooks: ShutdownHooks) -> None:
+async def test_exit_hook_reports_a_completion_that_timed_out(
+    staging: StagingServer, genie: GenieClient, leases: ThreadLeases, hooks: ShutdownHooks
+) -> None:
+    """A completion whose own timeout ends it within the exit bound is reported: exactly one
+    payload, a timeout, not delivered (an empty list fails)."""
+    staging.faults.genie_delay(3.0)
+    hooks.exit_bound = HANG_GUARD
+    signal_ = CompletionSignal(genie, timeout=0.2, leases=leases, thread_id=new_thread())
+    signal_.hold()
+    hooks.track(signal_)
+    results = await asyncio.to_thread(hooks.run_exit_hook)
+    assert [(r["outcome"], r["delivered"]) for r in results] == [("timeout", False)]
+
+
+def test_exit_hook_without_pending_work_never_waits(hooks: ShutdownHooks) -> None:
+    """Nothing pending: no worker, no wait for the exit bound (set far above the guard)."""
+    hooks.exit_bound = 60.0
     started = time.monotonic()
     assert hooks.run_exit_hook() == []
-    assert time.monotonic() - started < 0.05
+    assert time.monotonic() - started < HANG_GUARD  # catches waiting the bound, not speed
 
 
 # -- idle timer --------------------------------------------------------------------------------

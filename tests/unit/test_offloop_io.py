@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,20 +26,26 @@ from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.genie import GenieClient
 
 SECRET = "tok-" + uuid.uuid4().hex  # registered like a session token
+#: Longest a gated write waits (s): a hang guard only, never reached in a passing run.
+GATE_BOUND = 10.0
 
 
 class ThreadRecordingFile:
-    """Wraps the journal's file: notes the thread of every write/flush, optionally slow."""
+    """Wraps the journal's file: notes the thread of every write/flush; with ``gate``, every
+    write waits until the gate opens (a disk that does not answer until the test says so)."""
 
-    def __init__(self, inner: IO[str], delay: float = 0.0) -> None:
+    def __init__(self, inner: IO[str], gate: threading.Event | None = None) -> None:
         self.inner = inner
-        self.delay = delay
+        self.gate = gate
+        self.loop_thread = threading.current_thread()
         self.threads: list[threading.Thread] = []
 
     def write(self, text: str) -> int:
         self.threads.append(threading.current_thread())
-        if self.delay:
-            time.sleep(self.delay)
+        if self.gate is not None and threading.current_thread() is not self.loop_thread:
+            # A write wrongly made on the loop does not wait (the test would hang): it is
+            # noted on the loop's thread, which the test asserts never happens.
+            self.gate.wait(GATE_BOUND)
         return self.inner.write(text)
 
     def flush(self) -> None:
@@ -112,12 +117,15 @@ async def test_a_slow_disk_never_stalls_the_loop_and_close_still_flushes_everyth
     journal_path: Path,
 ) -> None:
     journal = Journal(journal_path, session_label="sess-2")
-    journal._writer.file = ThreadRecordingFile(journal._writer.file, delay=0.05)
-    started = time.monotonic()
+    disk = threading.Event()  # closed: every write blocks until the test opens it
+    journal._writer.file = slow = ThreadRecordingFile(journal._writer.file, gate=disk)
     for i in range(10):
         journal.record(Event("state_changed", {"i": i}))
-    assert time.monotonic() - started < 0.05  # ten writes of 50 ms each did not run here
+    # Every record() returned while the disk was blocked: none ran a write on the loop.
+    assert threading.current_thread() not in slow.threads
+    disk.set()
     journal.close()  # the sync close (what endings.py calls) still waits for every line
+    assert slow.threads and threading.current_thread() not in slow.threads
     assert [line["data"]["i"] for line in _read(journal_path)] == list(range(10))
     journal.record(Event("state_changed", {"i": 99}))  # after close: ignored
     journal.close()  # idempotent
