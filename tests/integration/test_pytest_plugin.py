@@ -73,10 +73,10 @@ def test_a_leaked_session_fails_the_test(pytester: pytest.Pytester) -> None:
     )
     result.assert_outcomes(passed=3, errors=2)
     # One line per leaking test, its items in no fixed order: one pattern per item.
-    result.stdout.fnmatch_lines(["*leaked after close(): socket to ws://127.0.0.1:*/socket.io/*"])
-    result.stdout.fnmatch_lines(["*leaked after close(): socket to ws://*; TCP socket 127.0.0.1:*"])
-    result.stdout.fnmatch_lines(["*leaked after close(): socket to ws://*_read_loop_websocket*"])
-    result.stdout.fnmatch_lines(["*leaked after close(): task *sleep*"])
+    result.stdout.fnmatch_lines(["*leaked after close():*socket to ws://127.0.0.1:*/socket.io/*"])
+    result.stdout.fnmatch_lines(["*leaked after close():*TCP socket 127.0.0.1:*"])
+    result.stdout.fnmatch_lines(["*leaked after close():*_read_loop_websocket*"])
+    result.stdout.fnmatch_lines(["*leaked after close():*task *sleep*"])
 
 
 #: Inner conftest for the leak tests: what a test plants on purpose is released after the
