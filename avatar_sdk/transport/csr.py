@@ -71,6 +71,10 @@ _CLOSE_ANSWER_GRACE = 0.05
 #: Bound on engine.io's own teardown steps (its loops stopping, its disconnect handler).
 _LOOP_EXIT_TIMEOUT = 1.0
 
+#: python-socketio's catch-all handler name (``client.on("*", ...)``): an event of that name
+#: would be handed to the catch-all handler as if it were its own, without the name.
+CATCH_ALL = "*"
+
 #: Disconnect reasons, in the Socket.IO (JavaScript) vocabulary the protocol uses.
 TRANSPORT_CLOSE = "transport close"
 TRANSPORT_ERROR = "transport error"
@@ -422,9 +426,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         # order, and a stale offset would make the server replay events already handled.
         if offset is not None:
             self.offset = offset
-        if data[0] in self.reserved_events:
+        if data[0] in self.reserved_events or data[0] == CATCH_ALL:
             # python-socketio would run its own handler for that name (``disconnect``:
-            # a transport loss that never happened): a server cannot send these as events.
+            # a transport loss that never happened; ``*``: the catch-all handler called
+            # without the event name, so a TypeError, or its first argument dispatched as
+            # the name): a server cannot send these as events.
             self._refuse(data[0], "reserved Socket.IO event name sent as an ordinary event")
             return
         await super()._handle_event(ns, ack_id, data)
