@@ -103,6 +103,33 @@ def is_recoverable(reason: str) -> bool:
     return reason in RECOVERABLE_REASONS
 
 
+class _EngineIOClient(engineio.AsyncClient):  # type: ignore[misc]
+    """engine.io's client whose reset closes the aiohttp session of the connection being
+    reset, and leaves alone the one a reconnect has made meanwhile.
+
+    Without ``http_session``, engine.io makes an aiohttp session per connection, and its
+    ``_reset`` awaits ``self.http.close()`` and *then* sets ``self.http = None``. A session
+    reads ``closed`` as soon as its close begins, so a reconnect started during that await
+    (the socket tier reconnects at once; on Python 3.13 the close of the replaced websocket's
+    connection, which ends in ``EofStream``, is still running then) makes a new session,
+    which the finishing reset then drops from ``self.http``: nobody closes it, and it is
+    reported as ``ResourceWarning: Unclosed client session``. Here the reset lets go of
+    ``self.http`` before its first await and closes the session it took.
+    """
+
+    #: engine.io's (untyped): the aiohttp session of the current connection.
+    http: aiohttp.ClientSession | None
+
+    async def _reset(self) -> None:
+        http = None
+        if not self.external_http:
+            http, self.http = self.http, None  # before any await: see the class docstring
+        await super()._reset()  # with no session left to it, closes none
+        if http is not None and not http.closed:
+            with best_effort("engine.io http session close", log):
+                await http.close()
+
+
 class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
     """``socketio.AsyncClient`` that speaks connection-state recovery on namespace ``/``.
 
@@ -152,6 +179,9 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         self.last_receive = 0.0
         #: Bumped by every connect(): what an abort captured belongs to an older generation.
         self._generation = 0
+
+    def _engineio_client_class(self) -> type[engineio.AsyncClient]:
+        return _EngineIOClient
 
     # -- outgoing ---------------------------------------------------------------------------
     async def _csr_auth(self) -> dict[str, Any]:
