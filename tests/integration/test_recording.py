@@ -14,6 +14,7 @@ those timelines, through local tracks and over real sockets, and open every file
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fractions
 import logging
 import os
@@ -147,6 +148,29 @@ async def test_a_recording_is_closed_when_the_encoder_fails(
     assert counts["video"] == len(STEADY) and counts["audio"] > 0, counts
     assert recorder.failure is not None and "audio" in recorder.failure
     assert any("audio" in r.getMessage() and "Error" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_stop_cut_short_still_leaves_a_file_that_opens(tmp_path: Path) -> None:
+    """``talk`` bounds ``stop()`` by ``close_timeout``: cancelled while it waits for the
+    reader tasks, it still closes the file (closing is synchronous, in a ``finally``)."""
+    video = Timeline("video", [i * 4500 for i in range(10_000)])
+    audio = Timeline("audio", [i * AUDIO_FRAME for i in range(10_000)])
+    path = tmp_path / "avatar.mp4"
+    recorder = record_avatar(audio, video, path)
+    await recorder.start()
+    assert await until(lambda: recorder.frames["audio"] >= 5, 10)
+    stopping = asyncio.ensure_future(recorder.stop())
+    await asyncio.sleep(0)  # stop() has cancelled the readers and now waits for them
+    stopping.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await stopping
+    assert stopping.cancelled()
+    counts = decoded(path)
+    assert counts["video"] >= 1 and counts["audio"] >= 5, counts
+    readers = [t for t in asyncio.all_tasks() if "avatar_sdk.media.Recorder" in t.get_name()]
+    if readers:  # cancelled by stop(): they end at their next step
+        await asyncio.wait(readers, timeout=5)
+    assert all(t.done() for t in readers)
 
 
 # --------------------------------------------------------------------------- real sockets
