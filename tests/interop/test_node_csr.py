@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -507,3 +508,19 @@ async def test_no_http_session_outlives_a_client_that_recovered(
         await client.close_gracefully(2.0)  # what a caller does after the end
     leaked = [s for s in open_http_sessions() if id(s) not in before]
     assert leaked == [], f"{len(leaked)} aiohttp session(s) left open ({http_close} close)"
+
+
+async def test_no_http_session_outlives_a_refused_connect(node_server: NodeServer) -> None:
+    """A connect that fails (nothing listens; then the server refuses the token) leaves no
+    session open: a caller that gives up after a failed connect has nothing to close."""
+    before = {id(s) for s in open_http_sessions()}
+    client = Harness().client(Recorder())
+    with socket.socket() as probe:  # a port that was free a moment ago: refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await client.connect(f"http://127.0.0.1:{port}", transports=["websocket"])
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await connect(client, node_server, token="wrong-token")
+    leaked = [s for s in open_http_sessions() if id(s) not in before]
+    assert leaked == [], f"{len(leaked)} aiohttp session(s) left open"
