@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
 
-.PHONY: demo test lint docs bench soak diagram clean venv
+.PHONY: demo test test-matrix lint docs bench soak diagram clean venv
 
 venv: $(STAMP)
 
@@ -26,6 +26,29 @@ demo: $(STAMP)
 
 test: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -q -m 'not slow' -n 4
+
+# The suite on the other supported interpreters (3.11, the default, is `make test`): one
+# .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
+# exist for an interpreter yet is left out there (the install says so); its tests then skip
+# with that reason (tests/conftest.py), everything else runs.
+MATRIX ?= 3.12 3.13
+
+test-matrix: $(NODE_STAMP) $(foreach v,$(MATRIX),.venv-$(v)/.installed)
+	@set -e; for v in $(MATRIX); do \
+	  echo "== Python $$v: pytest -m 'not slow'"; \
+	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n 4; \
+	done
+
+.venv-%/.installed: pyproject.toml
+	@test -x .venv-$*/bin/python || { \
+	  py=python$*; $$py -c '' 2>/dev/null || py=$$(ls -d $$HOME/.pyenv/versions/$*.*/bin/python$* 2>/dev/null | tail -1); \
+	  test -n "$$py" || { echo "no python$* on this machine (PATH, ~/.pyenv/versions)"; exit 1; }; \
+	  echo "python$*: $$py"; $$py -m venv .venv-$*; }
+	.venv-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-$*/bin/python -m pip install --quiet -e '.[dev]' || { \
+	  echo "python$*: '.[dev]' does not install; installing it without the ray extra"; \
+	  .venv-$*/bin/python -m pip install --quiet -e '.[dev-core]'; }
+	@touch $@
 
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m slow --timeout 900
@@ -49,4 +72,4 @@ diagram: $(STAMP)
 	$(PY) -m avatar_sdk._cli diagram
 
 clean:
-	rm -rf $(VENV) tests/interop/node/node_modules site
+	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules site

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
@@ -28,6 +28,9 @@ from ..lifecycle.leases import default_leases
 from ..session.facade import AvatarSession
 from . import exits
 from .output import ConversationPrinter, JsonPrinter, Screen
+
+if TYPE_CHECKING:
+    from ..media.recorder import Recorder
 
 #: After the audio file has been sent, the avatar counts as done once it has been quiet
 #: (no turn in progress) this long: its answer to speech starts well within it.
@@ -123,7 +126,7 @@ class Talk:
         self.session: AvatarSession | None = None
         self.ended: dict[str, Any] | None = None
         self.interrupted: int | None = None
-        self.recorder: Any = None
+        self.recorder: Recorder | None = None
         self.played: _Played | None = None
         self.printer: ConversationPrinter | None = None
         self.greeting: Any = None
@@ -183,12 +186,25 @@ class Talk:
     async def _finish(self) -> None:
         """Stop recording, close (completing the thread): bounded by ``close_timeout``."""
         if self.recorder is not None:
+            # Bounded, but the file is closed even when the bound cuts the stop short.
             with best_effort("stopping the recording", _log()):
                 async with asyncio.timeout(self.opts.config.close_timeout):
                     await self.recorder.stop()
-            self.note(f"recorded {self.opts.record}")
+            self._report_recording(self.recorder)
         if self.session is not None:
             await self.session.close()
+
+    def _report_recording(self, recorder: Recorder) -> None:
+        """Say what the file holds: "recorded" only when it holds the avatar's media."""
+        if recorder.failure is not None:
+            self.error(
+                f"recording failed ({recorder.failure}); {self.opts.record} holds what was"
+                " recorded before"
+            )
+        elif not any(recorder.frames.values()):
+            self.error(f"nothing recorded: no avatar media arrived for {self.opts.record}")
+        else:
+            self.note(f"recorded {self.opts.record}")
 
     async def _converse(self) -> int:
         opts = self.opts

@@ -5,7 +5,7 @@ keep pace with 50 audio frames and 30 video frames a second. :class:`FrameIterat
 reads on its own task into a small buffer that drops the *oldest* frames, so a slow
 consumer always sees recent media and memory stays bounded. :class:`AudioLevelMeter`
 turns audio frames into RMS levels (is the avatar speaking?), and :func:`record_avatar`
-writes the tracks to a file.
+writes the tracks to a file (:mod:`.recorder`).
 
 A track delivers each frame once: give each sink its own track, or fan one out with
 ``aiortc.contrib.media.MediaRelay``. Sinks never stop the tracks they read (the session
@@ -17,22 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 from collections import deque
 from types import TracebackType
 from typing import Any, Final, Self
 
 import av
 import numpy as np
-from aiortc.contrib.media import MediaRecorder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.frame import Frame
-from av.packet import Packet
 
-from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from .devices import describe
+from .recorder import Recorder, record_avatar
 
 __all__ = [
     "AudioLevelMeter",
@@ -261,158 +257,5 @@ class AudioLevelMeter:
 
 
 # --------------------------------------------------------------------------- recording
-
-
-class _FirstFrameGate(MediaStreamTrack):
-    """Passes a track's frames through and opens ``opened`` once the first has gone."""
-
-    def __init__(self, inner: MediaStreamTrack) -> None:
-        super().__init__()
-        self.kind = inner.kind
-        self.inner = inner
-        self.opened = asyncio.Event()
-
-    async def recv(self) -> Frame | Packet[Any]:
-        frame = await self.inner.recv()
-        self.opened.set()
-        return frame
-
-
-class _Gated(MediaStreamTrack):
-    """A track whose frames flow only once ``gate`` is open (earlier ones stay queued in the
-    inner track, which keeps its own bound)."""
-
-    def __init__(self, inner: MediaStreamTrack, gate: asyncio.Event) -> None:
-        super().__init__()
-        self.kind = inner.kind
-        self.inner = inner
-        self.gate = gate
-
-    async def recv(self) -> Frame | Packet[Any]:
-        await self.gate.wait()
-        return await self.inner.recv()
-
-
-class Recorder:
-    """Records received tracks to a file with aiortc's ``MediaRecorder``.
-
-    The container follows the extension (``.wav``: PCM audio; ``.mp4``: AAC/H.264;
-    ``.webm``/``.ogg``: Opus/VP8); ``format``/``options`` go to FFmpeg unchanged. The
-    file is created by :meth:`start` and finalized by :meth:`stop`, which also awaits the
-    reader tasks ``MediaRecorder`` only cancels. Use as ``async with`` for both.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        audio_track: MediaStreamTrack | None = None,
-        video_track: MediaStreamTrack | None = None,
-        format: str | None = None,
-        options: dict[str, str] | None = None,
-    ) -> None:
-        if audio_track is None and video_track is None:
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "nothing to record: both tracks are None")
-        self.path = os.fspath(path)
-        self.audio_track = audio_track
-        self.video_track = video_track
-        self._format = format
-        self._options = options
-        self._recorder: MediaRecorder | None = None
-        self._tasks: set[asyncio.Task[object]] = set()
-        self._state = "new"
-
-    @property
-    def recording(self) -> bool:
-        """True between ``start()`` and ``stop()``."""
-        return self._state == "recording"
-
-    async def start(self) -> None:
-        """Create the file and start reading the tracks."""
-        if self._state != "new":
-            raise AvatarError(ErrorCode.INVALID_STATE, f"recorder already {self._state}")
-        self._check_target()
-        recorder: MediaRecorder | None = None
-        audio, video = self.audio_track, self.video_track
-        if audio is not None and video is not None:
-            # MediaRecorder sizes the video stream from its first frame, but the container
-            # opens every codec at the first packet it muxes: audio first would open the
-            # video codec unsized ("Cannot change width after codec is open") and lose the
-            # video. So audio waits for the first video frame.
-            gate = _FirstFrameGate(video)
-            audio, video = _Gated(audio, gate.opened), gate
-        try:
-            recorder = MediaRecorder(self.path, format=self._format, options=self._options)
-            for track in (audio, video):
-                if track is not None:
-                    recorder.addTrack(track)
-        except Exception as exc:
-            if recorder is not None:
-                with best_effort("closing a half-built MediaRecorder", log):
-                    await recorder.stop()  # closes the container
-            self._state = "failed"
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT, f"cannot record to {self.path}: {describe(exc)}"
-            ) from exc
-        before = asyncio.all_tasks()
-        await recorder.start()  # creates its reader tasks synchronously, no await inside
-        self._tasks = asyncio.all_tasks() - before
-        self._recorder = recorder
-        self._state = "recording"
-
-    def _check_target(self) -> None:
-        # FFmpeg opens the file at the first write, inside MediaRecorder's task, where a
-        # failure would only be logged: refuse an unwritable local path up front instead.
-        if "://" in self.path or "%" in self.path:
-            return  # a URL or an image-sequence pattern: FFmpeg's business
-        parent = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(parent):
-            self._state = "failed"
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"no such directory: {parent}")
-        if not os.access(parent, os.W_OK) or os.path.isdir(self.path):
-            self._state = "failed"
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"cannot write {self.path}")
-
-    async def stop(self) -> None:
-        """Flush and close the file; idempotent. A recording that never started is a no-op."""
-        if self._state != "recording":
-            self._state = "stopped"
-            return
-        self._state = "stopped"
-        recorder, self._recorder = self._recorder, None
-        tasks, self._tasks = self._tasks, set()
-        try:
-            if recorder is not None:
-                await recorder.stop()
-        finally:
-            for task in tasks:
-                task.cancel()
-            for result in await asyncio.gather(*tasks, return_exceptions=True):
-                if isinstance(result, Exception):
-                    log.warning("recording to %s failed: %s", self.path, describe(result))
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-
-def record_avatar(
-    audio_track: MediaStreamTrack | None,
-    video_track: MediaStreamTrack | None,
-    path: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    options: dict[str, str] | None = None,
-) -> Recorder:
-    """A :class:`Recorder` for the avatar's tracks (either may be None); call ``start()``."""
-    return Recorder(
-        path, audio_track=audio_track, video_track=video_track, format=format, options=options
-    )
+# Recorder and record_avatar live in .recorder (their own timeline and close rules); they
+# are imported above and stay importable from here.

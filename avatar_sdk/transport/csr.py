@@ -79,7 +79,38 @@ _CLOSE_ANSWER_GRACE = 0.05
 #: Bound on engine.io's own teardown steps (its loops stopping, its disconnect handler).
 _LOOP_EXIT_TIMEOUT = 1.0
 
+#: python-socketio's catch-all handler name (``client.on("*", ...)``): an event of that name
+#: would be handed to the catch-all handler as if it were its own, without the name.
+CATCH_ALL = "*"
+
 AuthProvider = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
+
+
+class _EngineIOClient(engineio.AsyncClient):  # type: ignore[misc]
+    """engine.io's client whose reset closes the aiohttp session of the connection being
+    reset, and leaves alone the one a reconnect has made meanwhile.
+
+    Without ``http_session``, engine.io makes an aiohttp session per connection, and its
+    ``_reset`` awaits ``self.http.close()`` and *then* sets ``self.http = None``. A session
+    reads ``closed`` as soon as its close begins, so a reconnect started during that await
+    (the socket tier reconnects at once; on Python 3.13 the close of the replaced websocket's
+    connection, which ends in ``EofStream``, is still running then) makes a new session,
+    which the finishing reset then drops from ``self.http``: nobody closes it, and it is
+    reported as ``ResourceWarning: Unclosed client session``. Here the reset lets go of
+    ``self.http`` before its first await and closes the session it took.
+    """
+
+    #: engine.io's (untyped): the aiohttp session of the current connection.
+    http: aiohttp.ClientSession | None
+
+    async def _reset(self) -> None:
+        http = None
+        if not self.external_http:
+            http, self.http = self.http, None  # before any await: see the class docstring
+        await super()._reset()  # with no session left to it, closes none
+        if http is not None and not http.closed:
+            with best_effort("engine.io http session close", log):
+                await http.close()
 
 
 class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
@@ -134,6 +165,9 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         self.last_receive = 0.0
         #: Bumped by every connect(): what an abort captured belongs to an older generation.
         self._generation = 0
+
+    def _engineio_client_class(self) -> type[engineio.AsyncClient]:
+        return _EngineIOClient
 
     # -- outgoing ---------------------------------------------------------------------------
     async def _csr_auth(self) -> dict[str, Any]:
@@ -408,9 +442,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         # order, and a stale offset would make the server replay events already handled.
         if offset is not None:
             self.offset = offset
-        if data[0] in self.reserved_events:
+        if data[0] in self.reserved_events or data[0] == CATCH_ALL:
             # python-socketio would run its own handler for that name (``disconnect``:
-            # a transport loss that never happened): a server cannot send these as events.
+            # a transport loss that never happened; ``*``: the catch-all handler called
+            # without the event name, so a TypeError, or its first argument dispatched as
+            # the name): a server cannot send these as events.
             self._refuse(data[0], "reserved Socket.IO event name sent as an ordinary event")
             return
         await super()._handle_event(ns, ack_id, data)

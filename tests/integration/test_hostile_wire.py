@@ -151,6 +151,57 @@ async def test_a_reserved_event_name_is_a_protocol_error_not_a_signal(
     assert unhandled(loop_errors) == []
 
 
+CATCH_ALL_FRAMES = [
+    pytest.param('42["*"]', id="no-arguments"),
+    pytest.param('42["*",{"speechId":"s"}]', id="object-argument"),
+    pytest.param('42["*","agentRawText",{"speechId":"s","content":"x"}]', id="named-argument"),
+]
+
+
+@pytest.mark.parametrize("frame", CATCH_ALL_FRAMES)
+async def test_the_catch_all_name_is_refused_like_the_reserved_names(
+    staging: StagingServer,
+    make_session: SessionFactory,
+    loop_errors: list[dict[str, Any]],
+    frame: str,
+) -> None:
+    """``*`` is python-socketio's catch-all handler name: sent as an event it would call
+    that handler without the event name (a TypeError, or the first argument taken as the
+    name). It is refused as a protocol error naming ``*``, and nothing is dispatched."""
+    session = await connected_session(make_session)
+    seen: list[Event] = []
+    session.on("*", seen.append)
+    reported = session.expect("protocol_error", timeout=3)
+    await staging.faults.raw_frame(frame)
+    error = await reported
+    assert error.data["event"] == "*"
+    assert "reserved" in error.data["detail"], error.data
+    before = [e.name for e in seen if e.name in ("agent_text", "protocol_error")]
+    await still_talks(session)
+    assert before == ["protocol_error"]  # nothing dispatched under another name
+    assert reconnects(session) == 0 and session.state == "connected"
+    assert unhandled(loop_errors) == []
+
+
+async def test_the_catch_all_name_through_the_recovery_buffer_is_refused_once(
+    staging: StagingServer, make_session: SessionFactory, loop_errors: list[dict[str, Any]]
+) -> None:
+    """Emitted by the server like any event (it carries a recovery offset): refused, and a
+    socket recovery right after does not have it replayed (its offset was recorded)."""
+    session = await connected_session(make_session)
+    errors: list[Event] = []
+    session.on("protocol_error", errors.append)
+    reported = session.expect("protocol_error", timeout=3)
+    await staging.faults.malformed("*", {"speechId": "s"})
+    assert (await reported).data["event"] == "*"
+    recovered = session.expect("reconnected", timeout=5)
+    await staging.faults.drop_socket()
+    assert (await recovered).data["recovered"] is True
+    await still_talks(session)
+    assert [e.data["event"] for e in errors] == ["*"]
+    assert unhandled(loop_errors) == []
+
+
 # -- defect 3: CONNECT_ERROR mid-session ------------------------------------------------------
 async def test_a_connect_error_mid_session_is_a_transport_loss_that_recovers(
     staging: StagingServer, make_session: SessionFactory, loop_errors: list[dict[str, Any]]

@@ -116,7 +116,7 @@ def recorder_tasks() -> list[asyncio.Task[Any]]:
         t
         for t in asyncio.all_tasks()
         if not t.done()
-        and ("MediaRecorder" in repr(t.get_coro()) or "FrameIterator" in t.get_name())
+        and any(name in t.get_name() for name in ("avatar_sdk.media.Recorder", "FrameIterator"))
     ]
 
 
@@ -199,18 +199,18 @@ async def test_recorder_setup_failure_logs_a_failing_cleanup(
 ) -> None:
     """The setup error is raised; the cleanup's own failure is logged, not lost or raised."""
 
-    class BrokenRecorder:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
+    class BrokenContainer:
+        class format:  # stands in for av.ContainerFormat
+            name = "wav"
 
-        def addTrack(self, track: MediaStreamTrack) -> None:
+        def add_stream(self, codec: str) -> None:
             raise ValueError("no such codec")
 
-        async def stop(self) -> None:
+        def close(self) -> None:
             raise OSError("container already gone")
 
     caplog.set_level(logging.DEBUG, logger="avatar_sdk")
-    monkeypatch.setattr("avatar_sdk.media.sinks.MediaRecorder", BrokenRecorder)
+    monkeypatch.setattr("avatar_sdk.media.recorder._open", lambda *a: BrokenContainer())
     silence = SilenceSource()
     try:
         recorder = record_avatar(silence, None, tmp_path / "out.wav")

@@ -10,9 +10,13 @@ and the disconnect reasons on both sides.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 import socketio
@@ -440,3 +444,83 @@ async def test_replayed_events_precede_new_ones_with_async_connect_handler(
     await stats(client)
     await rec.wait_for("onServerConnected")
     assert rec.events == [("gap", (i,)) for i in range(3)] + [("onServerConnected", ({},))]
+
+
+# -- engine.io's private aiohttp sessions ------------------------------------------------------
+
+
+def open_http_sessions() -> list[aiohttp.ClientSession]:
+    """aiohttp sessions alive and not closed (a leak is one nobody will close)."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed]
+
+
+@pytest.fixture(params=["aiohttp", "overlapping"])
+def http_close(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How aiohttp sessions close: as installed, or ``overlapping``: as they do on Python
+    3.13, where the close of the replaced websocket's session (its connection ends in
+    ``EofStream``) is still running when the reconnect creates the next session. The
+    session reads ``closed`` at once; this stand-in's ``close()`` returns once a new
+    session exists (at most 1 s), the overlap that 3.13 shows by chance every time."""
+    if request.param == "overlapping":
+        real_init, real_close = aiohttp.ClientSession.__init__, aiohttp.ClientSession.close
+        created = [asyncio.Event()]
+
+        def init(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+            real_init(self, *args, **kwargs)
+            created[0].set()
+
+        async def close(self: aiohttp.ClientSession) -> None:
+            created[0] = asyncio.Event()
+            closing = asyncio.ensure_future(real_close(self))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(created[0].wait(), 1.0)
+            await closing
+
+        monkeypatch.setattr(aiohttp.ClientSession, "__init__", init)
+        monkeypatch.setattr(aiohttp.ClientSession, "close", close)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("ending", ["close_gracefully", "abort", "server_disconnect"])
+async def test_no_http_session_outlives_a_client_that_recovered(
+    node_server: NodeServer, http_close: str, ending: str
+) -> None:
+    """Without ``http_session``, engine.io makes an aiohttp session per connection. After
+    recoveries (the server kills the transport, the client reconnects at once, as the
+    socket tier does) and however the client ends, none of those sessions is left open."""
+    before = {id(s) for s in open_http_sessions()}
+    rec = Recorder()
+    client = Harness().client(rec, "gap")
+    await connect(client, node_server)
+    for _ in range(3):
+        await drop_transport(client, node_server, gap=1)
+        await connect(client, node_server)
+        assert client.recovered is True
+    if ending == "close_gracefully":
+        await client.close_gracefully(2.0)
+    elif ending == "abort":
+        await client.abort()
+    else:
+        client.disconnected.clear()
+        await client.emit("server_disconnect")
+        await wait_disconnected(client)
+        await client.close_gracefully(2.0)  # what a caller does after the end
+    leaked = [s for s in open_http_sessions() if id(s) not in before]
+    assert leaked == [], f"{len(leaked)} aiohttp session(s) left open ({http_close} close)"
+
+
+async def test_no_http_session_outlives_a_refused_connect(node_server: NodeServer) -> None:
+    """A connect that fails (nothing listens; then the server refuses the token) leaves no
+    session open: a caller that gives up after a failed connect has nothing to close."""
+    before = {id(s) for s in open_http_sessions()}
+    client = Harness().client(Recorder())
+    with socket.socket() as probe:  # a port that was free a moment ago: refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await client.connect(f"http://127.0.0.1:{port}", transports=["websocket"])
+    with pytest.raises(socketio.exceptions.ConnectionError):
+        await connect(client, node_server, token="wrong-token")
+    leaked = [s for s in open_http_sessions() if id(s) not in before]
+    assert leaked == [], f"{len(leaked)} aiohttp session(s) left open"
