@@ -316,10 +316,15 @@ class IdleTimer:
     without :meth:`touch`. ``timeout <= 0`` disables it. Needs a running loop to start."""
 
     def __init__(
-        self, timeout: float, on_idle: Callable[[], object], *, clock: Clock = SYSTEM_CLOCK
+        self,
+        timeout: float,
+        on_idle: Callable[[], object] | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.timeout = float(timeout)
-        self._on_idle = on_idle
+        #: What runs once the timer fires (settable: the owner wires it once it exists).
+        self.on_idle: Callable[[], object] = on_idle or (lambda: None)
         self._clock = clock
         self._handle: Timer | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -350,7 +355,7 @@ class IdleTimer:
         self._handle = None
         self.fired = True
         try:
-            result = self._on_idle()
+            result = self.on_idle()
         except Exception:
             log.exception("idle callback failed")
             return

@@ -64,6 +64,18 @@ class Endings:
     deliver_after_recovery: Callable[[str], Coroutine[Any, Any, None]]
     unregister_signals: Callable[[], None] | None = None
 
+    def on_task_failure(self, name: str, exc: BaseException) -> None:
+        """A supervised task died: the session fails loudly, never limps on."""
+        error = AvatarError(ErrorCode.INTERNAL, f"{name}: {type(exc).__name__}")
+        if not self.machine.terminal:
+            self.supervisor.spawn(self.fail(error, reason="internal"), "fail")
+
+    def on_idle(self) -> None:
+        """The idle timer fired: a live conversation ends (and completes its thread)."""
+        if self.machine.live:
+            self.bus.emit("idle_timeout", {"after": self.config.idle_timeout})
+            self.supervisor.spawn(self.end("idle_timeout", None), "idle-end")
+
     async def settle(self, outcome: Outcome) -> None:
         """Every recovery ends here: fail, or deliver what waited (unconfirmed, held turns)."""
         if not outcome.ok:

@@ -122,7 +122,8 @@ class AvatarSession(EventSource):
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
-        self._supervisor = Supervisor(self._on_task_failure)
+        # Its failure handler is the endings' (set once they exist, below).
+        self._supervisor = Supervisor()
         self._slot = LinkSlot(self._supervisor)
         self._view = ConversationView(thread_id=thread_id)
         self._connect_task: asyncio.Task[Any] | None = None
@@ -159,7 +160,7 @@ class AvatarSession(EventSource):
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
-        self._idle = IdleTimer(cfg.idle_timeout, self._on_idle, clock=self._clock)
+        self._idle = IdleTimer(cfg.idle_timeout, clock=self._clock)  # fires into the endings
         self._journal = (
             Journal(journal, session_label=self._sticky_id, clock=self._clock) if journal else None
         )
@@ -176,9 +177,11 @@ class AvatarSession(EventSource):
             outputs=self._outputs, uplink_track=self._uplink_track,
             fail_waiters=self._desk.fail_held, deliver_after_recovery=self._desk.after_recovery,
         )  # fmt: skip
+        self._supervisor.on_failure = self._endings.on_task_failure
+        self._idle.on_idle = self._endings.on_idle
         self._recovery = RecoveryController(
             machine=machine, config=cfg, clock=self._clock, slot=self._slot,
-            builder=self._builder, thread_id=lambda: self._view.thread_id,
+            builder=self._builder, view=self._view,
             restore=self._user.on_new_session, reassert=self._user.on_same_session,
             emit=self._bus.emit, spawn=self._supervisor.spawn,
             on_outcome=self._endings.settle, stats=self._stats,
@@ -262,12 +265,6 @@ class AvatarSession(EventSource):
     def _on_source_error(self, code: ErrorCode, exc: BaseException) -> None:
         log.warning("audio source failed (%s); the uplink continues with silence", code)
         self._emit("error", AvatarError(code, type(exc).__name__).as_event())
-
-    def _on_task_failure(self, name: str, exc: BaseException) -> None:
-        """A supervised task died: the session fails loudly, never limps on."""
-        error = AvatarError(ErrorCode.INTERNAL, f"{name}: {type(exc).__name__}")
-        if not self._machine.terminal:
-            self._supervisor.spawn(self._endings.fail(error, reason="internal"), "fail")
 
     # -- context manager ------------------------------------------------------------------
     async def __aenter__(self) -> AvatarSession:
@@ -425,8 +422,3 @@ class AvatarSession(EventSource):
             if self._machine.terminal:
                 return
         await self._endings.end("closed", None)
-
-    def _on_idle(self) -> None:
-        if self._machine.live:
-            self._emit("idle_timeout", {"after": self.config.idle_timeout})
-            self._supervisor.spawn(self._endings.end("idle_timeout", None), "idle-end")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from tenacity import (
     AsyncRetrying,
@@ -53,6 +53,12 @@ class _TryAgain(Exception):
     """This socket-tier attempt did not verify: another one, within the window."""
 
 
+class ThreadHolder(Protocol):
+    """Who knows the conversation's thread (the session's view): every rebuild joins it."""
+
+    thread_id: str | None
+
+
 class RecoveryController:
     """The recovery tiers of one session (see ``docs/resilience.md``)."""
 
@@ -64,7 +70,7 @@ class RecoveryController:
         clock: Clock,
         slot: LinkSlot,
         builder: LinkBuilder,
-        thread_id: Callable[[], str | None],
+        view: ThreadHolder,
         restore: Callable[[ServerLink], Awaitable[None]],
         reassert: Callable[[ServerLink], Awaitable[None]],
         emit: Emit,
@@ -77,7 +83,7 @@ class RecoveryController:
         self._clock = clock
         self._slot = slot
         self._builder = builder
-        self._thread_id = thread_id
+        self._view = view
         self._restore = restore
         self._reassert = reassert
         self._emit = emit
@@ -162,7 +168,7 @@ class RecoveryController:
         await self._builder.join(
             link,
             deadline,
-            thread_id=self._thread_id(),
+            thread_id=self._view.thread_id,
             advance=advance,
             after_join=self._restore,
         )
@@ -329,7 +335,7 @@ class RecoveryController:
             await self._builder.join(
                 link,
                 Deadline(cfg.overall_connect_timeout, self._clock),
-                thread_id=self._thread_id(),
+                thread_id=self._view.thread_id,
                 advance=lambda _: None,
                 after_join=self._restore,
             )

@@ -20,11 +20,18 @@ log = sdk_logger(__name__)
 FailureHandler = Callable[[str, BaseException], None]
 
 
+def _log_only(name: str, exc: BaseException) -> None:
+    """The failure handler until an owner sets its own: the failure is logged above."""
+
+
 class Supervisor:
     """Owns tasks: ``spawn`` them, ``aclose`` cancels and awaits all of them."""
 
-    def __init__(self, on_failure: FailureHandler, *, label: str = "avatar-sdk") -> None:
-        self._on_failure = on_failure
+    def __init__(
+        self, on_failure: FailureHandler | None = None, *, label: str = "avatar-sdk"
+    ) -> None:
+        #: Told of every task that dies with an exception (the session's endings fail it).
+        self.on_failure: FailureHandler = on_failure or _log_only
         self._label = label
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
@@ -58,7 +65,7 @@ class Supervisor:
         exc = task.exception()
         if exc is not None:
             log.error("task %s failed: %r", task.get_name(), exc, exc_info=exc)
-            self._on_failure(task.get_name(), exc)
+            self.on_failure(task.get_name(), exc)
 
     def cancel_all(self, *, spare: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
         """Close the supervisor and cancel every task but ``spare`` (usually the caller);

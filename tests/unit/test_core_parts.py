@@ -187,7 +187,7 @@ def _controller(
         clock=clock,
         slot=LinkSlot(),
         builder=builder,  # type: ignore[arg-type]
-        thread_id=lambda: "thread-1",
+        view=SimpleNamespace(thread_id="thread-1"),
         restore=restore,
         reassert=restore,
         emit=lambda name, data: events.append((name, data)),

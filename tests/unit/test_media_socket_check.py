@@ -5,6 +5,7 @@ network: a fake control channel)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -70,7 +71,7 @@ def _controller(link: ServerLink, probe_timeout: float) -> RecoveryController:
         clock=FakeClock(),
         slot=slot,
         builder=None,  # type: ignore[arg-type]
-        thread_id=lambda: None,
+        view=SimpleNamespace(thread_id=None),
         restore=nothing,
         reassert=nothing,
         emit=lambda name, data: None,

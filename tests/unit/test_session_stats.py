@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -148,7 +149,7 @@ async def test_a_silently_dead_socket_is_counted_by_the_recovery_controller() ->
         clock=FakeClock(),
         slot=slot,
         builder=None,  # type: ignore[arg-type]
-        thread_id=lambda: None,
+        view=SimpleNamespace(thread_id=None),
         restore=nothing,
         reassert=nothing,
         emit=lambda name, data: None,
