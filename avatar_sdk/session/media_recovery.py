@@ -57,7 +57,11 @@ class MediaTier:
         escalate: Callable[[str], Awaitable[Any]],
         socket_alive: Callable[[ServerLink], Awaitable[bool]],
         stats: dict[str, Any],
+        on_down: Callable[[], None] = lambda: None,
+        on_up: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_down`` / ``on_up``: the session went from live to recovering media and back
+        (the cold tier's stable period ends when media is lost, not when it escalates)."""
         self._machine = machine
         self._config = config
         self._clock = clock
@@ -67,6 +71,8 @@ class MediaTier:
         self._escalate = escalate
         self._socket_alive = socket_alive
         self._stats = stats
+        self._on_down = on_down
+        self._on_up = on_up
         self._media_tasks: dict[str, asyncio.Task[Any]] = {}
 
     async def watchdog(self) -> None:
@@ -147,8 +153,10 @@ class MediaTier:
     ) -> None:
         if link is None:
             return
-        if self._machine.is_in("connected") and not self._machine.try_fire("media_down"):
-            return
+        if self._machine.is_in("connected"):
+            if not self._machine.try_fire("media_down"):
+                return
+            self._on_down()
         if not self._machine.is_in("recovering_media"):
             return
         self._media_tasks[channel] = self._spawn(
@@ -195,8 +203,10 @@ class MediaTier:
         duration = self._clock.monotonic() - started
         if not self._machine.is_in("recovering_media") or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
-        if not self._media_tasks and not self._machine.try_fire("media_recovered"):
-            return
+        if not self._media_tasks:
+            if not self._machine.try_fire("media_recovered"):
+                return
+            self._on_up()
         record_recovery(self._stats, "media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
 
