@@ -57,9 +57,15 @@ class RetryPolicy:
     budget: consecutive failed attempts before the session gives up.
 
     ``reset_after_success``: a connected period of at least ``stable_after`` seconds
-    (default 10) resets the cold tier's streak budget, so a session that recovered and then
-    stayed up meets its next outage with all ``max_attempts``; a connection that drops again
-    sooner keeps counting against the same streak (a flapping server cannot retry forever).
+    (default 10), measured up to the moment the link is first lost again, resets the cold
+    tier's streak budget, so a session that recovered and then stayed up meets its next
+    outage with all ``max_attempts``; a cold reconnect whose link drops again sooner counts
+    against the same streak like a failed attempt (a flapping server cannot retry forever).
+
+    ``min_span``: an outage that begins with budget left is retried for at least this many
+    seconds (default 10) from the moment the link was lost, however fast the attempts fail
+    and whatever the jitter draws: the session gives up only when both ``max_attempts`` and
+    ``min_span`` are spent. So no outage shorter than ``min_span`` ends a session.
     """
 
     max_attempts: int = 6
@@ -77,14 +83,20 @@ class RetryPolicy:
     """A connected period of ``stable_after`` seconds renews the whole ``max_attempts`` budget
     (``retry_budget_reset`` event); ``False`` keeps counting for the session's life."""
     stable_after: float = 10.0
-    """Seconds connected that count as stable for ``reset_after_success``; a connection that
-    drops sooner keeps counting against the same streak (a flapping server cannot be retried
-    forever)."""
+    """Seconds connected without interruption (up to the moment the link is first lost)
+    that count as stable for ``reset_after_success``; a cold reconnect whose link drops
+    sooner counts against the same streak (a flapping server cannot be retried forever)."""
+    min_span: float = 10.0
+    """Seconds from the loss of the link during which an outage that began with budget left
+    is never given up, even once ``max_attempts`` are spent: attempts go on, the last one
+    right at the end of the span, so an outage shorter than this never ends a session
+    (a budget spent in a burst of fast failures would end it in under a second). 0: the
+    attempts alone decide."""
 
     def __post_init__(self) -> None:
         if not (_is_count(self.max_attempts) and self.max_attempts >= 1):
             raise _invalid("RetryPolicy", "max_attempts", "must be an int >= 1", self.max_attempts)
-        for name in ("initial", "base", "cap", "stable_after"):
+        for name in ("initial", "base", "cap", "stable_after", "min_span"):
             value = getattr(self, name)
             if not _is_seconds(value):
                 raise _invalid("RetryPolicy", name, "must be a finite number >= 0", value)
@@ -99,7 +111,9 @@ class RetryPolicy:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
         if attempt <= 1:
             return self.initial
-        ceiling = min(self.cap, self.base * 2.0 ** (attempt - 2))
+        # The exponent is clamped: past ``max_attempts`` (while ``min_span`` runs out) the
+        # retry number can grow large, and 2.0 ** 1024 raises OverflowError.
+        ceiling = min(self.cap, self.base * 2.0 ** min(attempt - 2, 1000))
         if self.jitter == "none":
             return ceiling
         return float((rng or random).uniform(0.0, ceiling))

@@ -162,7 +162,8 @@ ADVICE: Final[dict[ErrorCode, Advice]] = {
     ),
     _C.GAVE_UP: Advice(
         "A recovery tier spent its budget (the cold tier's `RetryPolicy.max_attempts` "
-        "consecutive failures); `gave_up` then `failed`.",
+        "failed attempts, or rebuilt links that did not stay up `stable_after`, after at "
+        "least `min_span` seconds of trying); `gave_up` then `failed`.",
         "The backend stayed unreachable for the whole budget: check it, then start a new "
         "session (same `thread_id` to continue). Tune `SessionConfig.cold_reconnect`.",
     ),

@@ -57,7 +57,11 @@ class MediaTier:
         escalate: Callable[[str], Awaitable[Any]],
         socket_alive: Callable[[ServerLink], Awaitable[bool]],
         stats: SessionStats,
+        on_down: Callable[[], None] = lambda: None,
+        on_up: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_down`` / ``on_up``: the session went from live to recovering media and back
+        (the cold tier's stable period ends when media is lost, not when it escalates)."""
         self._machine = machine
         self._config = config
         self._clock = clock
@@ -66,6 +70,8 @@ class MediaTier:
         self._escalate = escalate
         self._socket_alive = socket_alive
         self._stats = stats
+        self._on_down = on_down
+        self._on_up = on_up
 
     async def watchdog(self) -> None:
         """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
@@ -145,7 +151,9 @@ class MediaTier:
     ) -> None:
         if link is None:
             return
-        if not (self._machine.try_fire("media_down") or self._machine.recovering_media):
+        if self._machine.try_fire("media_down"):
+            self._on_down()
+        elif not self._machine.recovering_media:
             return  # media_down is declared from connected only; a running recovery is joined
         self._slot.tasks(link).spawn(
             self._recover_channel(link, lanes, channel, why),
@@ -189,9 +197,10 @@ class MediaTier:
         duration = self._clock.monotonic() - started
         if not self._machine.recovering_media or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
-        others = self._slot.tasks(link).others(than=asyncio.current_task())
-        if not others and not self._machine.try_fire("media_recovered"):
-            return
+        if not self._slot.tasks(link).others(than=asyncio.current_task()):
+            if not self._machine.try_fire("media_recovered"):
+                return
+            self._on_up()
         self._stats.record_recovery("media", duration)
         self._emit("media_recovered", {"channel": channel, "method": method, "duration": duration})
 

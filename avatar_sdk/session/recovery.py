@@ -17,29 +17,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from ..clock import Clock
-from ..config import RetryPolicy, SessionConfig
+from ..config import SessionConfig
 from ..errors import AvatarError, Category, ErrorCode
 from ..logs import sdk_logger
 from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
 from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_connect_failure
 from .media_recovery import MediaTier
+from .retry_budget import ColdStreak, socket_tier_delay
 from .slot import LinkSlot, Outcome
 from .stats import SessionStats, Tier
 
 log = sdk_logger("avatar_sdk.session")
-
-#: Socket-tier retries: the first is immediate, later ones back off quickly (loopback-fast,
-#: yet gentle on a recovering server); the whole tier is bounded by ``reconnect_window``.
-SOCKET_TIER_POLICY = RetryPolicy(max_attempts=1_000, initial=0.0, base=0.1, cap=2.0)
 
 Emit = Callable[[str, dict[str, Any]], object]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
@@ -93,9 +85,15 @@ class RecoveryController:
         self.media = MediaTier(
             machine=machine, config=config, clock=clock, slot=slot, emit=emit,
             escalate=self.recover_cold, socket_alive=self.socket_alive, stats=stats,
+            on_down=self._link_lost, on_up=self._link_restored,
         )  # fmt: skip
-        self._cold_spent = 0
-        self._stable_since: float | None = None
+        self._streak = ColdStreak(config.cold_reconnect)
+
+    def _link_lost(self) -> None:
+        self._streak.lost(self._clock.monotonic())
+
+    def _link_restored(self) -> None:
+        self._streak.restored(self._clock.monotonic())
 
     # -- shared -----------------------------------------------------------------------------
     async def _backoff(self, seconds: float) -> None:
@@ -187,17 +185,20 @@ class RecoveryController:
         cfg = self._config
         clock = self._clock
         started = clock.monotonic()
+        self._streak.lost(started)  # a stable period ends here, not when the cold tier starts
         window_ends = started + cfg.reconnect_window
         attempts = max(1, cfg.max_reconnect_attempts)
         self._machine.note_cause(reason, Category.NETWORK)
 
-        def wait(state: RetryCallState) -> float:
-            delay = SOCKET_TIER_POLICY.delay(state.attempt_number + 1)
-            return min(delay, max(0.0, window_ends - clock.monotonic()))
+        def stop(state: RetryCallState) -> bool:
+            # Attempts spread over the window (socket_tier_delay); one that would start
+            # after the window ends is not made: the cold tier takes over at once.
+            next_at = clock.monotonic() + (state.upcoming_sleep or 0.0)
+            return state.attempt_number >= attempts or next_at >= window_ends
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait,
+            stop=stop,
+            wait=lambda state: socket_tier_delay(state.attempt_number),
             retry=retry_if_exception(lambda e: isinstance(e, _TryAgain)),
             sleep=self._backoff,
             reraise=True,
@@ -217,6 +218,7 @@ class RecoveryController:
         duration = clock.monotonic() - started
         if not self._machine.try_fire("recovered"):
             return None  # the session ended meanwhile: nothing to report
+        self._streak.restored(clock.monotonic())
         self._record("socket", duration)
         self._emit("reconnected", {"tier": "socket", "recovered": True, "duration": duration})
         outcome = Outcome("socket", True, duration)
@@ -260,47 +262,41 @@ class RecoveryController:
     # -- tier 3: cold reconnect -------------------------------------------------------------
     async def recover_cold(self, reason: str) -> Outcome:
         """A brand-new link, same thread; backoff with jitter and a streak budget that a
-        stable connected period resets (``RetryPolicy.reset_after_success``)."""
+        stable connected period resets (``RetryPolicy.reset_after_success``), never given
+        up before ``RetryPolicy.min_span`` (the rules: :class:`ColdStreak`)."""
         policy = self._config.cold_reconnect
         clock = self._clock
         started = clock.monotonic()
-        if (
-            policy.reset_after_success
-            and self._stable_since is not None
-            and started - self._stable_since >= policy.stable_after
-            and self._cold_spent
-        ):
+        streak = self._streak
+        reset = streak.begin_cold(started)
+        if reset is not None:
             self._emit(
                 "retry_budget_reset",
-                {
-                    "tier": "cold",
-                    "spent": self._cold_spent,
-                    "stable_for": started - self._stable_since,
-                },
+                {"tier": "cold", "spent": reset.spent, "stable_for": reset.stable_for},
             )
-            self._cold_spent = 0
-        self._stable_since = None
-        budget = policy.max_attempts - self._cold_spent
         attempts = 0
+        tried_at = started
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(1, budget)),
-            wait=lambda state: policy.delay(state.attempt_number),  # the first retry: initial
+            stop=lambda state: streak.exhausted(tried_at),
+            # the first retry waits ``initial``; none overshoots the span owed to the outage
+            wait=lambda state: streak.wait(policy.delay(state.attempt_number), clock.monotonic()),
             retry=retry_if_exception(lambda e: isinstance(e, AvatarError) and e.retryable),
             sleep=self._backoff,
             reraise=True,
         )
         try:
-            if budget <= 0:
+            if streak.exhausted(started):
                 raise AvatarError(ErrorCode.GAVE_UP, "the cold tier's streak budget is spent")
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
+                    tried_at = clock.monotonic()
                     self._emit(
                         "reconnecting",
                         {
                             "tier": "cold",
-                            "attempt": self._cold_spent + 1,
+                            "attempt": streak.spent + 1,
                             "max_attempts": policy.max_attempts,
                             "reason": reason,
                         },
@@ -308,7 +304,7 @@ class RecoveryController:
                     try:
                         await self._cold_attempt()
                     except AvatarError:
-                        self._cold_spent += 1  # the streak counts failed attempts only
+                        streak.failed()
                         raise
         except AvatarError as error:
             self._emit("gave_up", {"tier": "cold", "attempts": attempts, "code": str(error.code)})
@@ -319,7 +315,7 @@ class RecoveryController:
         if not self._machine.try_fire("cold_reconnected"):
             # The session ended meanwhile: no event for a transition that did not happen.
             return Outcome("cold", False, error=AvatarError(ErrorCode.CLOSED, "ended"))
-        self._stable_since = clock.monotonic()
+        streak.succeeded(clock.monotonic())
         self._record("cold", duration)
         self._emit("reconnected", {"tier": "cold", "recovered": False, "duration": duration})
         outcome = Outcome("cold", True, duration)

@@ -84,6 +84,24 @@ class Faults:
                 dropped += 1
         return dropped
 
+    async def blackout(self, seconds: float, recovery: bool = True) -> int:
+        """An outage: for ``seconds`` the server refuses every new connection (its
+        listening socket is closed, so a connect fails at once with "connection refused",
+        WHEP and genie requests included), and it starts by dropping every control
+        transport abruptly, as :meth:`drop_socket` does (recoverable unless
+        ``recovery=False``: the server keeps each session for connection-state recovery,
+        ``recovery_window``). Media peers (UDP) and connections accepted before are left
+        alone. Returns at once with how many sockets were dropped; the server listens
+        again on the same port ``seconds`` later, or at :meth:`clear`."""
+        self.injected.append("blackout")
+        await self._server.refuse_connections(seconds)
+        sio = self._server.sio
+        dropped = 0
+        for sid in list(self._server.conversations):
+            if await sio.drop_transport(sid, recoverable=recovery):
+                dropped += 1
+        return dropped
+
     async def server_disconnect(self) -> None:
         """A Socket.IO-level disconnect from the server ("io server disconnect"): final."""
         self.injected.append("server_disconnect")
@@ -329,4 +347,5 @@ class Faults:
         self.genie_answer_delay = 0.0
         self._server.sio.recovery_enabled = True
         self._server.sio.release_blackholes()
+        self._server.end_blackout()
         self._server.media.clear_faults()

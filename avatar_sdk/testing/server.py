@@ -13,6 +13,7 @@ exactly like the real conversation manager, including its quirks: a ``join`` wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import secrets
 import ssl
@@ -23,6 +24,7 @@ from urllib.parse import parse_qs
 
 import socketio
 from aiohttp import web
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from ..besteffort import best_effort
 from ..logs import sdk_logger
@@ -93,6 +95,10 @@ class StagingServer:
         self.refused_connections = 0
         self.disconnects: list[tuple[str, str]] = []
         self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        #: A blackout in progress (``faults.blackout``): it reopens the listening socket.
+        self._blackout: asyncio.Task[None] | None = None
+        self._blackout_over: asyncio.Event | None = None
         self._thread_ids = itertools.count(1)
         self._register_handlers()
         self.sio.recovered_handler = self._on_recovered
@@ -113,15 +119,77 @@ class StagingServer:
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
-        await site.start()
+        await self._listen()
         self.port = int(self._runner.addresses[0][1])
         return self
+
+    async def _listen(self, tries: int = 1) -> None:
+        """Open the listening socket (on ``self.port``: 0 picks a free one the first time).
+        ``tries`` > 1 when reopening after a blackout: a client of another process may hold
+        the port as its ephemeral source port for a moment."""
+        assert self._runner is not None
+        runner = self._runner
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(tries),
+            wait=wait_fixed(0.05),
+            retry=retry_if_exception_type(OSError),
+            reraise=True,
+        ):
+            with attempt:
+                site = web.TCPSite(
+                    runner, self.host, self.port, ssl_context=self.ssl_context, reuse_address=True
+                )
+                try:
+                    await site.start()
+                except OSError:
+                    await site.stop()  # a failed start leaves the site registered
+                    raise
+                self._site = site
+
+    async def refuse_connections(self, seconds: float) -> None:
+        """Close the listening socket for ``seconds``: every new connection is refused
+        (ECONNREFUSED) until then; connections already accepted are left alone. A second
+        call restarts the count. See ``faults.blackout``."""
+        await self._cancel_blackout()
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        over = self._blackout_over = asyncio.Event()
+        self._blackout = asyncio.ensure_future(self._reopen_after(max(0.0, seconds), over))
+
+    async def _reopen_after(self, seconds: float, over: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(over.wait(), seconds)
+        if self._runner is None or self._site is not None:
+            return
+        try:
+            await self._listen(tries=20)
+        except OSError as exc:  # the port was taken meanwhile: this server stays dark
+            log.error("staging: cannot listen again on port %d after a blackout (%s: %s)",
+                      self.port, type(exc).__name__, exc)  # fmt: skip
+
+    @property
+    def refusing_connections(self) -> bool:
+        """True during a blackout (``faults.blackout``): the listening socket is closed."""
+        return self._runner is not None and self._site is None
+
+    def end_blackout(self) -> None:
+        """Listen again now (``faults.clear``); the reopening task does it."""
+        if self._blackout_over is not None:
+            self._blackout_over.set()
+
+    async def _cancel_blackout(self) -> None:
+        """Forget the blackout in progress, without reopening (a new one, or the stop)."""
+        task, self._blackout = self._blackout, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def add_routes(self, app: web.Application) -> None:
         """Hook for extensions (media endpoints, control API)."""
 
     async def stop(self) -> None:
+        await self._cancel_blackout()  # no reopening behind the shutdown's back
         # Silenced sockets first: their transports ignore the closes the shutdown asks for.
         self.sio.release_blackholes()
         for conv in self.conversations.values():
@@ -136,6 +204,7 @@ class StagingServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            self._site = None
 
     async def __aenter__(self) -> StagingServer:
         return await self.start()

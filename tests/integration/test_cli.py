@@ -181,7 +181,8 @@ async def test_talk_5_gave_up_after_retries(staging: StagingServer) -> None:
     running = asyncio.ensure_future(
         cli(
             *talk_args(staging, "--no-media", "--say", "hi", "--set", "agent_timeout=0.3",
-                       "--set", "cold_reconnect.max_attempts=2", "--set", "reconnect_window=1"),
+                       "--set", "cold_reconnect.max_attempts=2",
+                       "--set", "cold_reconnect.min_span=0", "--set", "reconnect_window=1"),
             token=staging.token,
         )
     )  # fmt: skip

@@ -139,7 +139,9 @@ async def test_speak_during_cold_reconnect_is_held_and_delivered_once(
 async def test_held_turn_fails_clearly_when_the_session_ends(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    session = make_session(config=FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01)))
+    session = make_session(
+        config=FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01, min_span=0.0))
+    )
     await session.connect()
     staging.faults.withhold("onServerConnected")  # every cold attempt now fails
     await staging.faults.drop_socket(recovery=False)
@@ -152,7 +154,8 @@ async def test_held_turn_fails_clearly_when_the_session_ends(
 async def test_cold_reconnect_gives_up_after_its_budget(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    cfg = FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01, cap=0.02))
+    # min_span=0: the two attempts alone decide (the span floor has its own tests).
+    cfg = FAST.with_(cold_reconnect=RetryPolicy(max_attempts=2, base=0.01, cap=0.02, min_span=0.0))
     session = make_session(config=cfg)
     await session.connect()
     staging.faults.withhold("clientConfiguration")

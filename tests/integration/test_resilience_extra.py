@@ -98,7 +98,7 @@ async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> N
         staging.token,
         audio=ToneSource(),
         allow_insecure_transport=True,
-        config=MEDIA.with_(cold_reconnect=RetryPolicy(max_attempts=1)),
+        config=MEDIA.with_(cold_reconnect=RetryPolicy(max_attempts=1, min_span=0.0)),
     )
     await session.connect()
     staging.faults.withhold("onServerConnected")

@@ -203,19 +203,33 @@ async def _outage(controller: RecoveryController, machine: SessionMachine) -> Ou
     return await controller.recover_cold("test")
 
 
-POLICY = RetryPolicy(max_attempts=3, initial=0.0, base=0.0, cap=0.0, jitter="none")
+#: The attempts alone decide (``min_span=0``): these tests count the streak.
+POLICY = RetryPolicy(max_attempts=3, initial=0.0, base=0.0, cap=0.0, jitter="none", min_span=0.0)
 
 
 async def test_failed_cold_attempts_count_as_one_streak_until_a_stable_period() -> None:
     controller, machine, builder, clock, events = _controller(POLICY)
-    builder.failures = 2
-    assert (await _outage(controller, machine)).ok  # 2 failures spent, then in
+    builder.failures = 1
+    assert (await _outage(controller, machine)).ok  # 1 failure spent, then in
     await clock.advance(POLICY.stable_after / 2)  # not stable yet
     builder.failures = 5
     outcome = await _outage(controller, machine)
     assert not outcome.ok and outcome.error is not None
-    assert builder.joins == 4  # only the one attempt left in the streak
+    # The reconnect that did not hold counts too: one attempt left in the streak.
+    assert builder.joins == 3
     assert ("gave_up", {"tier": "cold", "attempts": 1, "code": "transport_closed"}) in events
+
+
+async def test_a_streak_spent_when_the_outage_begins_gives_up_at_once() -> None:
+    """Two failures and a reconnect that held only half of ``stable_after``: three spent,
+    so the next outage gives up without an attempt (the link keeps failing)."""
+    controller, machine, builder, clock, events = _controller(POLICY)
+    builder.failures = 2
+    assert (await _outage(controller, machine)).ok
+    await clock.advance(POLICY.stable_after / 2)
+    outcome = await _outage(controller, machine)
+    assert not outcome.ok and builder.joins == 3
+    assert ("gave_up", {"tier": "cold", "attempts": 0, "code": "gave_up"}) in events
 
 
 async def test_a_stable_connected_period_resets_the_streak_budget() -> None:
@@ -231,7 +245,13 @@ async def test_a_stable_connected_period_resets_the_streak_budget() -> None:
 
 async def test_without_reset_after_success_the_budget_spans_the_session() -> None:
     policy = RetryPolicy(
-        max_attempts=3, initial=0.0, base=0.0, cap=0.0, jitter="none", reset_after_success=False
+        max_attempts=3,
+        initial=0.0,
+        base=0.0,
+        cap=0.0,
+        jitter="none",
+        reset_after_success=False,
+        min_span=0.0,
     )
     controller, machine, builder, clock, events = _controller(policy)
     builder.failures = 2
