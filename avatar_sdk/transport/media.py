@@ -93,7 +93,7 @@ class MediaLanes:
         self.stv_url: str | None = None
         self._expect: dict[str, asyncio.Future[InboundEvent]] = {}
         #: The uplink's receiver reports: last arrival on the current peer, and the deadline
-        #: that follows the cadence observed on this server (see recovery.cadence).
+        #: that follows the cadence observed on this server (see transport.cadence).
         self.asr_cadence = ReportCadence(config.media_stall_timeout)
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
@@ -153,6 +153,7 @@ class MediaLanes:
             configuration=rtc_configuration(self._turn),
             track=self._uplink_track,
             encode_on_loop=self._on_loop,
+            consent_deadline=self._config.media_stall_timeout,
         )
 
     def _new_downlink(self) -> StvDownlink:
@@ -226,6 +227,10 @@ class MediaLanes:
     ) -> dict[str, str]:
         """Channels that are dead now, with the reason (empty when all is well).
 
+        The uplink is judged by its state, by ICE consent from its first moment (its path
+        stops answering: :mod:`.consent`) and, once the server has reported twice, by its
+        receiver reports against their cadence (:mod:`.cadence`).
+
         Silence is only counted from ``watching_since`` (when the session last became
         usable), never from before it: time spent connecting or recovering is not a stall.
         """
@@ -240,10 +245,18 @@ class MediaLanes:
             state = asr.pc.connectionState
             cadence = self.asr_cadence
             cadence.floor = stall_timeout
+            consent = asr.consent
+            consent.deadline = stall_timeout
             if state in ("failed", "closed"):
                 down["asr"] = f"asr peer {state}"
+            elif state == "connected" and consent.is_overdue(now, since=watching_since):
+                # From the peer's first moment, whether or not the server reports at all.
+                quiet = consent.silence(now, since=watching_since) or 0.0
+                down["asr"] = (
+                    f"no ICE consent answer for {quiet:.1f}s (deadline {consent.deadline:.1f}s)"
+                )
             elif state == "connected" and cadence.is_overdue(now, since=watching_since):
-                # No verdict before the peer's first report: only its state judges it then.
+                # The path answers but the server's reports stopped (RTP lost on the way).
                 quiet = cadence.silence(now, since=watching_since) or 0.0
                 down["asr"] = (
                     f"no receiver report for {quiet:.1f}s "
