@@ -200,10 +200,11 @@ class MediaLanes:
     async def poll_asr_reports(self) -> None:
         """Note when the server last sent an RTCP receiver report for our audio.
 
-        aiortc keeps a peer "connected" for ~30 s on a silently dead path; receiver reports
-        stop at once, so their age, against the cadence observed on this peer, is the fast
-        signal for the uplink. The arrival time is the report's own stats timestamp, not
-        the time of this poll, so the observed gaps are not blurred by the polling period.
+        Reports are the ongoing proof that our RTP reaches the server (ICE consent,
+        :mod:`.consent`, proves only that the path answers); their age is judged against
+        the cadence observed on this server (:mod:`.cadence`). The arrival time is the
+        report's own stats timestamp, not the time of this poll, so the observed gaps are
+        not blurred by the polling period.
         """
         asr = self.asr
         if asr is None or asr.pc.connectionState != "connected":
@@ -342,8 +343,8 @@ class MediaLanes:
         Recovered once the new peer's ICE and DTLS are connected and its sender has sent
         RTP: the server's first receiver report would come 0.5-1.5 s later (aiortc) or
         several seconds later (other servers) and prove nothing more about the transport.
-        Reports stay the ongoing liveness signal (``down_channels``), from the new peer's
-        first one on.
+        The new peer is watched by ICE consent from its first moment and by its receiver
+        reports once the server reports on it (``down_channels``).
         """
         started = time.monotonic()
         old, self.asr = self.asr, None
