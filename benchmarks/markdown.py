@@ -151,7 +151,35 @@ def tiers(document: dict[str, Any]) -> list[Tier]:
                 is_recovery,
             )
         )
+    uplink = figures.get("uplink")
+    if uplink and not uplink.get("error"):
+        for key, label in _UPLINK_PARTS:
+            part = uplink.get(key) or {}
+            samples = part.get("samples_ms", {}).get("flowing")
+            if not samples:
+                continue
+            out.append(
+                Tier(
+                    f"uplink_{key}",
+                    f"detection + media tier: silent uplink death {label}",
+                    'faults.ice_failure("asr", mode="blackhole")',
+                    "fault -> audio decoded on a new uplink",
+                    list(samples),
+                    None,
+                    list(part.get("fallbacks", [])),
+                    "uplink",
+                    False,
+                )
+            )
     return out
+
+
+#: (scenario key in figure "uplink", label) for the tier table.
+_UPLINK_PARTS = (
+    ("first_report", "before the first receiver report"),
+    ("after_recovery", "right after a media recovery"),
+    ("slow_reports", "(server reporting every 4.5 s)"),
+)
 
 
 def _tier_table(rows: Sequence[Tier]) -> list[str]:

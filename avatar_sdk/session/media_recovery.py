@@ -75,7 +75,8 @@ class MediaTier:
 
     async def watchdog(self) -> None:
         """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
-        uplink receiver reports overdue against the cadence observed on that peer (never
+        an uplink path that stops answering ICE consent (from the peer's first moment),
+        uplink receiver reports overdue against the cadence observed on that server (never
         less than ``media_stall_timeout``). Silence counts only from when that channel was
         last usable; a channel under recovery is not judged."""
         stall = self._config.media_stall_timeout

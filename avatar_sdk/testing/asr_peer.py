@@ -60,6 +60,13 @@ class AsrStats:
     candidates_added: int = 0
     candidates_rejected: int = 0
     srtp_dropped: int = 0
+    #: The current server peer: when it was created (a fresh offer), and when its first
+    #: decoded frame arrived (None: no audio on it yet). "Audio flowing on a new uplink".
+    peer_created_at: float | None = None
+    peer_first_frame_at: float | None = None
+    #: Receiver reports the current peer let through / held back (``asr_report_interval``).
+    reports_sent: int = 0
+    reports_held: int = 0
 
 
 class AsrPeer:
@@ -90,6 +97,8 @@ class AsrPeer:
         self.last_rms = 0.0
         self.first_frame_at: float | None = None
         self.last_frame_at: float | None = None
+        self.peer_created_at: float | None = None
+        self.peer_first_frame_at: float | None = None
         self.offers = 0
         self.answers = 0
         self.peers_created = 0
@@ -126,6 +135,10 @@ class AsrPeer:
             candidates_added=self.candidates_added,
             candidates_rejected=self.candidates_rejected,
             srtp_dropped=dropped,
+            peer_created_at=self.peer_created_at,
+            peer_first_frame_at=self.peer_first_frame_at,
+            reports_sent=self._path.reports_sent if self._path else 0,
+            reports_held=self._path.reports_held if self._path else 0,
         )
 
     # -- offer / answer -----------------------------------------------------------------------
@@ -178,7 +191,9 @@ class AsrPeer:
         pc = RTCPeerConnection(_rtc_configuration())
         self.pc = pc
         self.peers_created += 1
-        pc.on("track", self._on_track)
+        self.peer_created_at = time.monotonic()
+        self.peer_first_frame_at = None
+        pc.on("track", lambda track: self._on_track(track, pc))
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
             for transceiver in pc.getTransceivers():
@@ -186,7 +201,10 @@ class AsrPeer:
                     decode_audio_on_loop(transceiver.receiver)
             ice = _ice_transports(pc)[0]
             self._path = IcePath(
-                ice, blocked=self._media.asr_stalled, grace=self._media.ice_restart_grace
+                ice,
+                blocked=self._media.asr_stalled,
+                grace=self._media.ice_restart_grace,
+                reports_every=lambda: self._media.asr_report_interval,
             )
             await set_local_description(pc, await pc.createAnswer())
         except BaseException:
@@ -279,11 +297,11 @@ class AsrPeer:
             await self._apply_candidate(candidate)
 
     # -- audio ---------------------------------------------------------------------------------
-    def _on_track(self, track: MediaStreamTrack) -> None:
+    def _on_track(self, track: MediaStreamTrack, pc: Any) -> None:
         if track.kind == "audio":
-            self._spawn(self._consume(track))
+            self._spawn(self._consume(track, pc))
 
-    async def _consume(self, track: MediaStreamTrack) -> None:
+    async def _consume(self, track: MediaStreamTrack, pc: Any) -> None:
         with contextlib.suppress(MediaStreamError):
             while True:
                 frame = await track.recv()
@@ -294,6 +312,8 @@ class AsrPeer:
                 self.last_rms = rms
                 if self.first_frame_at is None:
                     self.first_frame_at = now
+                if pc is self.pc and self.peer_first_frame_at is None:
+                    self.peer_first_frame_at = now
                 self.last_frame_at = now
                 if isinstance(frame, av.AudioFrame) and frame.sample_rate:
                     seconds = frame.samples / frame.sample_rate

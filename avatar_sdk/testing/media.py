@@ -119,8 +119,14 @@ class StagingMedia:
         *,
         video_size: tuple[int, int] = (320, 240),
         video_fps: float = 20.0,
+        asr_report_interval: float | None = None,
     ) -> None:
         self._server = server
+        #: The ASR server peers' RTCP receiver-report cadence, read at every report (so it
+        #: can change mid-test): None = aiortc's own (every 0.5-1.5 s); ``S`` = at most one
+        #: every ``S`` seconds, the first ``S`` after the peer was set up (a libwebrtc-like
+        #: media server: 4.5 s); ``math.inf`` = never (a server that sends no RTCP).
+        self.asr_report_interval = asr_report_interval
         self.video_size = video_size
         self.video_fps = video_fps
         self.h264_available = _h264_encoder_available()

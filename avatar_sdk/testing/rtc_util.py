@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,15 @@ def _is_srtp(data: bytes) -> bool:
     return bool(data) and 127 < data[0] < 192
 
 
+#: RTCP packet type of a receiver report (RFC 3550 section 6.4.2); its header stays in
+#: the clear in SRTCP.
+_RTCP_RR = 201
+
+
+def _is_receiver_report(data: bytes) -> bool:
+    return _is_srtp(data) and len(data) > 1 and data[1] == _RTCP_RR
+
+
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -109,13 +119,30 @@ class IcePath:
     before DTLS starts (right after ``setRemoteDescription``); either side of a peer can
     use it (the tests drive a client-side ICE restart with it).
     Private aiortc 1.16 / aioice 0.13 attributes: both are pinned exactly.
+
+    ``reports_every`` (read at each report): the receiver-report cadence of this side.
+    None: aiortc's own (one every 0.5-1.5 s); ``S`` seconds: at most one report every ``S``
+    (the first one no sooner than ``S`` after this path was set up, as RFC 3550 allows; the
+    reports aiortc makes in between are dropped, so they arrive ``S`` to ``S`` + 1.5 s
+    apart); ``math.inf``: never (a media server that sends no RTCP at all).
     """
 
-    def __init__(self, ice: Any, *, blocked: Callable[[], bool], grace: float) -> None:
+    def __init__(
+        self,
+        ice: Any,
+        *,
+        blocked: Callable[[], bool],
+        grace: float,
+        reports_every: Callable[[], float | None] | None = None,
+    ) -> None:
         self.ice = ice
         self.active: Any = ice._connection
         self._blocked = blocked
         self._grace = grace
+        self._reports_every = reports_every
+        self._last_report = time.monotonic()  # "sent" when the path was set up
+        self.reports_sent = 0
+        self.reports_held = 0
         self._switched: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._get: asyncio.Future[bytes] | None = None
         self._get_conn: Any = None
@@ -159,9 +186,24 @@ class IcePath:
         if self._blocked() and _is_srtp(data):
             self.dropped += 1
             return
+        if _is_receiver_report(data):
+            if not self._report_due():
+                self.reports_held += 1
+                return
+            self.reports_sent += 1
         with contextlib.suppress(ConnectionError):
             # A dead path drops, as UDP would: aiortc's RTP/RTCP loops end on the exception.
             await self.active.send(data)
+
+    def _report_due(self) -> bool:
+        every = self._reports_every() if self._reports_every is not None else None
+        if every is None:
+            return True
+        now = time.monotonic()
+        if now < self._last_report + every:
+            return False
+        self._last_report = now
+        return True
 
     def switch_to(self, new: Any) -> Any:
         """Carry the DTLS session over to ``new`` (connected); return the old connection."""

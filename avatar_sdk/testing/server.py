@@ -56,6 +56,7 @@ class StagingServer:
         ssl_context: ssl.SSLContext | None = None,
         advertise_host: str | None = None,
         control_api: bool = False,
+        asr_report_interval: float | None = None,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -64,7 +65,10 @@ class StagingServer:
         host name put in the URLs handed to clients (``webrtc_url``, ``finalUrl``,
         ``public_url``) instead of ``host``, for clients that refuse a loopback or private
         media host, or reach the server under another name. ``control_api=True``: serve the
-        HTTP control API (:mod:`.control`) for clients in other languages."""
+        HTTP control API (:mod:`.control`) for clients in other languages.
+        ``asr_report_interval``: how often the ASR peers send RTCP receiver reports (None:
+        aiortc's 0.5-1.5 s; seconds; ``math.inf``: never), also ``staging.media.
+        asr_report_interval`` at run time (see :class:`.media.StagingMedia`)."""
         self.host = host
         self.advertise_host = advertise_host
         self.control_api = control_api
@@ -83,7 +87,7 @@ class StagingServer:
         )
         self.brain = Brain(self)
         self.faults = Faults(self)
-        self.media = StagingMedia(self)
+        self.media = StagingMedia(self, asr_report_interval=asr_report_interval)
         self.conversations: dict[str, Conversation] = {}
         self.received: list[ReceivedEvent] = []
         self.emitted: Counter[str] = Counter()

@@ -46,6 +46,7 @@ from ..media.opus import (
     packet_samples,
 )
 from ..media.opus import TIME_BASE as _TIME_BASE
+from .consent import ConsentProbe, ConsentWatch, probe_interval
 from .ice import apply_answer, close_peer, set_local_description
 
 __all__ = [
@@ -245,10 +246,14 @@ class AsrUplink:
         track: UplinkTrack,
         clock: Clock,
         encode_on_loop: bool = False,
+        consent_deadline: float = 2.0,
     ) -> None:
         """``encode_on_loop``: encode PCM with the mono voice encoder on the event loop
         instead of aiortc's encoder thread (see the module docstring). ``clock``: the
-        session's; ``connected_at`` seeds the receiver-report cadence its watchdog judges."""
+        session's; ``connected_at`` seeds the receiver-report cadence its watchdog judges.
+        ``consent_deadline``: seconds without an answer to the SDK's ICE consent requests
+        after which the path counts as dead (``SessionConfig.media_stall_timeout``; see
+        :mod:`.consent`)."""
         self._clock = clock
         self.track = track
         self.pc = RTCPeerConnection(configuration)
@@ -257,6 +262,9 @@ class AsrUplink:
         self._connected = asyncio.Event()
         self.connected_at: float | None = None
         self._closed = False
+        #: The path's liveness from the peer's first moment (ICE consent at our rate).
+        self.consent = ConsentWatch(consent_deadline, clock=clock.monotonic)
+        self._probe = ConsentProbe(self.pc, self.consent, interval=probe_interval(consent_deadline))
         self.state_listeners: list[Callable[[str], Any]] = []
         self.pc.on("connectionstatechange", self._on_state)
 
@@ -265,7 +273,11 @@ class AsrUplink:
         if state == "connected":
             if self.connected_at is None:
                 self.connected_at = self._clock.monotonic()
+                self.consent.start(self.connected_at)
+                self._probe.start()
             self._connected.set()
+        elif state in ("failed", "closed"):
+            self._probe.halt()  # no request into sockets that are closing
         for listener in list(self.state_listeners):
             listener(state)
 
@@ -348,4 +360,5 @@ class AsrUplink:
         if self._closed:
             return
         self._closed = True
+        await self._probe.stop()
         await close_peer(self.pc, timeout)

@@ -14,12 +14,15 @@ derived from the gaps actually seen on the peer:
 * ``FACTOR`` 3: one lost report makes a gap of two intervals, each up to 1.5x nominal,
   i.e. 3x nominal; the largest of 8 uniform draws is below the nominal interval only
   with probability 1/256, so 3x that maximum still covers one lost report.
-* Before the first report on a peer there is no verdict at all (``deadline()`` is None):
-  only the transport state (ICE/DTLS failed or closed) judges a peer that never reported.
-* The first report's delay after the transport connected seeds the window as **twice**
-  that delay: RFC 3550 (section 6.2) and libwebrtc send the first report after about half
-  an interval, so one report alone would make the deadline too short. The seed ages out
-  of the window like any gap.
+* The deadline never exceeds that rule applied to the gaps actually observed. The delay
+  from connect to a peer's first report is no gap: RFC 3550 (section 6.2) sends the first
+  report after about half an interval, or a whole one, so it says neither "the interval is
+  this" (too short a deadline: a healthy peer judged dead) nor "twice this" (the seed this
+  rule once used: a server whose first report came a full 4.5 s interval after connect got
+  a 27 s deadline for its next 8 reports instead of 13.5 s). So there is no report-based
+  verdict (``deadline()`` is None) until a gap has been seen on this server: before that,
+  and whether or not the server reports at all, the peer is watched by ICE consent
+  (:mod:`.consent`) from its first moment, and by its transport state (failed, closed).
 * A new peer for the same server (:meth:`start`) keeps the gaps already observed: the
   server's cadence did not change, only the transport did.
 
@@ -37,8 +40,6 @@ from collections.abc import Callable
 WINDOW = 8
 #: Deadline = FACTOR x the largest recent gap (never below the floor); see the module doc.
 FACTOR = 3.0
-#: The first report comes about half an interval after the transport connects.
-FIRST_REPORT_SEED = 2.0
 
 
 class ReportCadence:
@@ -62,7 +63,8 @@ class ReportCadence:
 
     def start(self, at: float | None = None) -> None:
         """A new peer whose transport connected at ``at`` (None: not yet): forget its
-        predecessor's last report (no verdict until this one reports), keep the gaps."""
+        predecessor's last report (no verdict until this one reports), keep the gaps
+        (``at`` is kept for diagnostics only: connect -> first report is no gap)."""
         self.started_at = at
         self.last_report = None
         self.reports = 0
@@ -74,14 +76,12 @@ class ReportCadence:
             if at <= self.last_report:
                 return  # the same report read twice, or out of order
             self._gaps.append(at - self.last_report)
-        elif self.started_at is not None and not self._gaps and at > self.started_at:
-            self._gaps.append(FIRST_REPORT_SEED * (at - self.started_at))
         self.last_report = at
         self.reports += 1
 
     @property
     def gaps(self) -> tuple[float, ...]:
-        """The recent gaps the estimate looks at (the first may be the seed), oldest first."""
+        """The recent inter-report gaps the estimate looks at, oldest first."""
         return tuple(self._gaps)
 
     def interval(self) -> float | None:

@@ -160,6 +160,7 @@ class MediaLanes:
             track=self._uplink_track,
             clock=self._clock,
             encode_on_loop=self._on_loop,
+            consent_deadline=self._config.media_stall_timeout,
         )
 
     def _new_downlink(self) -> StvDownlink:
@@ -207,10 +208,11 @@ class MediaLanes:
     async def poll_asr_reports(self) -> None:
         """Note when the server last sent an RTCP receiver report for our audio.
 
-        aiortc keeps a peer "connected" for ~30 s on a silently dead path; receiver reports
-        stop at once, so their age, against the cadence observed on this peer, is the fast
-        signal for the uplink. The arrival time is the report's own stats timestamp, not
-        the time of this poll, so the observed gaps are not blurred by the polling period.
+        Reports are the ongoing proof that our RTP reaches the server (ICE consent,
+        :mod:`.consent`, proves only that the path answers); their age is judged against
+        the cadence observed on this server (:mod:`.cadence`). The arrival time is the
+        report's own stats timestamp, not the time of this poll, so the observed gaps are
+        not blurred by the polling period.
         """
         asr = self.asr
         if asr is None or asr.pc.connectionState != "connected":
@@ -234,6 +236,10 @@ class MediaLanes:
     ) -> dict[str, str]:
         """Channels that are dead now, with the reason (empty when all is well).
 
+        The uplink is judged by its state, by ICE consent from its first moment (its path
+        stops answering: :mod:`.consent`) and, once the server has reported twice, by its
+        receiver reports against their cadence (:mod:`.cadence`).
+
         Silence is only counted from ``watching_since`` (when the session last became
         usable), never from before it: time spent connecting or recovering is not a stall.
         """
@@ -248,10 +254,18 @@ class MediaLanes:
             state = asr.pc.connectionState
             cadence = self.asr_cadence
             cadence.floor = stall_timeout
+            consent = asr.consent
+            consent.deadline = stall_timeout
             if state in ("failed", "closed"):
                 down["asr"] = f"asr peer {state}"
+            elif state == "connected" and consent.is_overdue(now, since=watching_since):
+                # From the peer's first moment, whether or not the server reports at all.
+                quiet = consent.silence(now, since=watching_since) or 0.0
+                down["asr"] = (
+                    f"no ICE consent answer for {quiet:.1f}s (deadline {consent.deadline:.1f}s)"
+                )
             elif state == "connected" and cadence.is_overdue(now, since=watching_since):
-                # No verdict before the peer's first report: only its state judges it then.
+                # The path answers but the server's reports stopped (RTP lost on the way).
                 quiet = cadence.silence(now, since=watching_since) or 0.0
                 down["asr"] = (
                     f"no receiver report for {quiet:.1f}s "
@@ -337,8 +351,8 @@ class MediaLanes:
         Recovered once the new peer's ICE and DTLS are connected and its sender has sent
         RTP: the server's first receiver report would come 0.5-1.5 s later (aiortc) or
         several seconds later (other servers) and prove nothing more about the transport.
-        Reports stay the ongoing liveness signal (``down_channels``), from the new peer's
-        first one on.
+        The new peer is watched by ICE consent from its first moment and by its receiver
+        reports once the server reports on it (``down_channels``).
         """
         started = self._clock.monotonic()
         old, self.asr = self.asr, None

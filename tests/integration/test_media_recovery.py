@@ -208,23 +208,28 @@ async def test_asr_failure_renegotiates_on_the_live_socket_keeping_mute(
         await session.close()
 
 
-async def test_silently_dead_uplink_is_detected_by_missing_receiver_reports(
+async def test_an_uplink_whose_reports_stop_while_its_path_answers_is_recovered(
     staging: StagingServer,
 ) -> None:
+    """Receiver reports stay the ongoing liveness signal: the server drops the uplink's
+    SRTP/SRTCP while its ICE path still answers consent, so only the missing reports (against
+    their observed cadence) can tell. A path that stops answering altogether is found by ICE
+    consent (``test_uplink_liveness.py``)."""
     session = await _connected(staging)
     try:
         lanes = session.media
         assert lanes is not None
-        # Before the peer's first report only its transport state could judge it.
+        # A report verdict needs one observed gap: two reports on this peer.
         assert await until(lambda: lanes.asr_cadence.deadline() is not None, 5.0)
         started = time.monotonic()
-        await staging.faults.ice_failure("asr", mode="blackhole")
-        deadline = lanes.asr_cadence.deadline()  # no report after the blackhole: final
+        await staging.faults.media_stall("asr", seconds=None)
+        deadline = lanes.asr_cadence.deadline()  # no report after the stall: final
         assert deadline is not None and deadline >= MEDIA.media_stall_timeout
         recovering = await session.wait_for("media_recovering", deadline + 3.0)
         assert recovering.data["channel"] == "asr"
         assert "receiver report" in recovering.data["reason"]
         assert time.monotonic() - started < deadline + 1.5
+        staging.faults.clear()
         ev = await session.wait_for("media_recovered", 8)
         assert ev.data["channel"] == "asr"
     finally:

@@ -96,3 +96,24 @@ def test_the_command_line_rewrites_the_report_from_saved_results(tmp_path: Path)
     assert markdown.main([str(FIXTURE), "--output", str(out), "--chart", str(chart)]) == 0
     assert out.read_text(encoding="utf-8").startswith("# Benchmark results\n")
     assert chart.exists()
+
+
+def test_the_uplink_figure_adds_its_silent_death_rows_to_the_tier_table(
+    document: dict[str, Any],
+) -> None:
+    """Issue 17: the uplink figures sit beside the other tiers (a detection + recovery, not
+    charted with the recovery durations)."""
+    flowing = {"samples_ms": {"flowing": [2200.0, 2100.0, 2300.0]}, "fallbacks": ["x"]}
+    with_uplink = copy.deepcopy(document)
+    with_uplink["figures"]["uplink"] = {
+        "title": "uplink",
+        "first_report": flowing,
+        "after_recovery": flowing,
+        "slow_reports": flowing,
+    }
+    found = {t.key: t for t in markdown.tiers(with_uplink)}
+    keys = ["uplink_first_report", "uplink_after_recovery", "uplink_slow_reports"]
+    assert all(key in found for key in keys)
+    tier = found["uplink_slow_reports"]
+    assert tier.median() == 2200.0 and tier.fell_back == ["x"] and not tier.recovery
+    assert "uplink_first_report" not in {t.key for t in markdown.tiers(document)}

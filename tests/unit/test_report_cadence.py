@@ -6,7 +6,7 @@ import random
 
 from pytest import approx
 
-from avatar_sdk.transport.cadence import FACTOR, FIRST_REPORT_SEED, WINDOW, ReportCadence
+from avatar_sdk.transport.cadence import FACTOR, WINDOW, ReportCadence
 
 
 class FakeClock:
@@ -41,15 +41,35 @@ def test_one_report_without_a_known_start_gives_no_verdict_yet() -> None:
     assert not cadence.is_overdue()
 
 
-def test_the_first_report_seeds_the_interval_with_twice_its_delay() -> None:
+def test_a_first_report_a_full_interval_after_connect_does_not_double_the_deadline() -> None:
+    """Issue 17, item 2: the first report's delay after connect seeded the window as twice
+    that delay. A server whose first report comes a full 4.5 s interval after connect (RFC
+    3550 allows it) got a 27 s deadline for its next 8 reports instead of 3 x 4.5 s."""
+    clock = FakeClock()
+    cadence = ReportCadence(2.0, clock=clock)
+    cadence.start(clock.now)
+    cadence.observe(clock.advance(4.5))  # the first report: no gap observed yet
+    for _ in range(WINDOW + 2):
+        cadence.observe(clock.advance(4.5))
+        # never more than the rule applied to the gaps actually observed (all 4.5 s)
+        assert cadence.deadline() == approx(max(2.0, FACTOR * 4.5))
+    assert cadence.gaps == approx((4.5,) * WINDOW)
+    assert not cadence.is_overdue(clock.advance(13.4))
+    assert cadence.is_overdue(clock.advance(0.2))
+
+
+def test_the_delay_before_the_first_report_is_not_taken_for_a_gap() -> None:
+    """Connect -> first report is no inter-report gap (RFC 3550 sends the first report after
+    about half an interval, or a whole one): no report-based verdict until a gap is seen.
+    ICE consent (``transport.consent``) watches the peer meanwhile."""
     clock = FakeClock()
     cadence = ReportCadence(1.0, clock=clock)
     cadence.start(clock.now)
-    cadence.observe(clock.advance(0.5))  # a quick first report: half an interval
-    assert cadence.gaps == approx((FIRST_REPORT_SEED * 0.5,))
-    assert cadence.deadline() == approx(FACTOR * 1.0)
-    assert not cadence.is_overdue(clock.advance(1.5))  # the longest healthy gap
-    assert cadence.is_overdue(clock.advance(1.6))
+    cadence.observe(clock.advance(0.5))
+    assert cadence.gaps == () and cadence.deadline() is None
+    assert not cadence.is_overdue(clock.advance(60.0))
+    cadence.observe(clock.now)
+    assert cadence.gaps == approx((60.0,))
 
 
 def test_deadline_is_factor_times_the_largest_recent_gap_and_grows_with_it() -> None:
