@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 from collections.abc import Coroutine
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from avatar_sdk.session.retry_budget import (
     ColdStreak,
     socket_tier_delay,
 )
+from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.transport.control import ConnectOutcome
 
 #: A fast cold policy, like the one that spent its 6 attempts in under a second (item 4).
@@ -127,7 +129,7 @@ class _Session:
         ):  # fmt: skip
             self.machine.fire(trigger)
         self.slot = LinkSlot()
-        self.slot.current = self.server.create()  # type: ignore[assignment]
+        self.slot.install(self.server.create())  # type: ignore[arg-type]
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.outcomes: list[Outcome] = []
         self.tasks: list[asyncio.Task[Any]] = []
@@ -151,16 +153,13 @@ class _Session:
             clock=self.clock,
             slot=self.slot,
             builder=self.server,  # type: ignore[arg-type]
-            thread_id=lambda: "thread-1",
+            view=SimpleNamespace(thread_id="thread-1"),
             restore=nothing,
             reassert=nothing,
             emit=lambda name, data: self.events.append((name, data)),
             spawn=spawn,
             on_outcome=on_outcome,
-            stats={
-                "reconnects": {"socket": 0, "media": 0, "cold": 0},
-                "recovery_durations": {"socket": [], "media": [], "cold": []},
-            },
+            stats=SessionStats(),
         )
 
     def start_drop(self) -> asyncio.Task[Outcome | None]:
@@ -378,7 +377,8 @@ async def test_a_stable_period_ends_when_media_is_lost_not_when_it_escalates() -
     link.lanes = lanes  # type: ignore[assignment]
     session.controller.media._start_media_recovery(link, lanes, "stv", "no frames")  # type: ignore[arg-type]
     assert session.machine.state == "recovering_media"
-    [task] = session.tasks
+    task = session.slot.tasks(link).running("stv")  # a task of the link's own scope
+    assert task is not None
     await session.run(task, 30.0)
     assert task.done() and task.exception() is None
     assert session.named("retry_budget_reset") == []
