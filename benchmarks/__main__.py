@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, resilience, guards, load, fleet (default: all),
-and asr (the ASR uplink part of resilience alone; not in the default run).
+Figures: connect, recovery, throughput, media, pacing, resilience, guards, load, fleet
+(default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
@@ -20,7 +20,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import connect, fleet, guards, load, markdown, media, recovery, resilience, throughput
+from . import (
+    connect,
+    fleet,
+    guards,
+    load,
+    markdown,
+    media,
+    pacing,
+    recovery,
+    resilience,
+    throughput,
+)
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
 from .stats import FigureResult
@@ -30,6 +41,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "recovery": ("socket-tier recovery: drop_socket() -> reconnected", recovery.run),
     "throughput": ("agent_raw_text throughput (one core)", throughput.run),
     "media": (media.TITLE, media.run),
+    "pacing": (pacing.TITLE, pacing.run),
     "resilience": (resilience.TITLE, resilience.run),
     "guards": (guards.TITLE, guards.run),
     "asr": (resilience.ASR_TITLE, resilience.run_asr),
@@ -38,7 +50,8 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
-    "connect", "recovery", "throughput", "media", "resilience", "guards", "load", "fleet",
+    "connect", "recovery", "throughput", "media", "pacing", "resilience", "guards", "load",
+    "fleet",
 )  # fmt: skip
 
 
