@@ -1,6 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, resilience, uplink, guards, load, fleet
+Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
+fleet
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -27,6 +28,7 @@ from . import (
     load,
     markdown,
     media,
+    pacing,
     recovery,
     resilience,
     throughput,
@@ -41,6 +43,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "recovery": ("socket-tier recovery: drop_socket() -> reconnected", recovery.run),
     "throughput": ("agent_raw_text throughput (one core)", throughput.run),
     "media": (media.TITLE, media.run),
+    "pacing": (pacing.TITLE, pacing.run),
     "resilience": (resilience.TITLE, resilience.run),
     "uplink": (uplink.TITLE, uplink.run),
     "guards": (guards.TITLE, guards.run),
@@ -50,7 +53,8 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
-    "connect", "recovery", "throughput", "media", "resilience", "uplink", "guards", "load",
+    "connect", "recovery", "throughput", "media", "pacing", "resilience", "uplink", "guards",
+    "load",
     "fleet",
 )  # fmt: skip
 

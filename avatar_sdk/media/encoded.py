@@ -5,23 +5,23 @@ The cheapest uplink is the one that encodes nothing: these sources yield Opus
 :mod:`avatar_sdk.transport.asr`). They mix with PCM sources through ``switch_audio()``.
 
 * :class:`OpusFileSource` demuxes an Ogg/Opus file with PyAV (no decoder is ever opened)
-  and paces its packets on the wall clock by each packet's length.
+  and paces its packets in real time by each packet's length.
 * :class:`EncodedSilenceSource` sends the 3-byte Opus silence frame every 20 ms.
 * :class:`EncodedToneSource` cycles through one second of a tone encoded once per process
   (:func:`~.opus.encoded_tone`): an audible bot uplink that encodes nothing per packet.
 
 All pace like the PCM sources: the first packet at once, then one per packet length of
 monotonic time; a consumer more than :data:`_MAX_LAG` behind re-anchors instead of
-receiving a burst of stale audio. Every packet carries its ``pts`` (samples since the
+receiving a burst of stale audio. The schedule runs on the system clock unless one is
+injected with ``clock=`` (a test drives it with a :class:`~avatar_sdk.clock.FakeClock`
+rather than measuring a loaded machine). Every packet carries its ``pts`` (samples since the
 source started) so a bare aiortc sender, which takes the RTP timestamp from it, can send
 them too; the SDK's uplink restamps them on its own timeline.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -29,6 +29,7 @@ import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..besteffort import best_effort
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
@@ -52,21 +53,22 @@ _MAX_LAG: Final = 0.2
 
 
 class _Pacer:
-    """Wall-clock schedule of a packet stream: packet n is due when its pts is."""
+    """Real-time schedule of a packet stream on ``clock``: packet n is due when its pts is."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.pts = 0  # samples sent before the next packet
-        self._anchor: float | None = None  # monotonic time of pts 0
+        self._anchor: float | None = None  # clock time of pts 0
 
     async def wait(self, track: MediaStreamTrack) -> None:
         """Until the next packet is due (raises MediaStreamError if ``track`` stops)."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._anchor is None:
             self._anchor = now - self.pts / SAMPLE_RATE
             return
         due = self._anchor + self.pts / SAMPLE_RATE
         if due > now:
-            await asyncio.sleep(due - now)
+            await self._clock.sleep(due - now)
             if track.readyState != "live":
                 raise MediaStreamError
         elif now - due > _MAX_LAG:
@@ -81,10 +83,10 @@ class _CycledPackets(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, cycle: tuple[bytes, ...]) -> None:
+    def __init__(self, cycle: tuple[bytes, ...], clock: Clock | None = None) -> None:
         super().__init__()
         self._cycle = cycle
-        self._pacer = _Pacer()
+        self._pacer = _Pacer(clock)
         self.packets = 0
 
     async def recv(self) -> av.Packet[Any]:
@@ -101,8 +103,8 @@ class _CycledPackets(MediaStreamTrack):
 class EncodedSilenceSource(_CycledPackets):
     """Pre-encoded digital silence: keeps an uplink alive for the cost of a 3-byte copy."""
 
-    def __init__(self) -> None:
-        super().__init__((OPUS_SILENCE,))
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        super().__init__((OPUS_SILENCE,), clock)
 
 
 class EncodedToneSource(_CycledPackets):
@@ -119,9 +121,11 @@ class EncodedToneSource(_CycledPackets):
         amplitude outside [0, 1].
     """
 
-    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+    def __init__(
+        self, frequency: float = 440.0, amplitude: float = 0.3, *, clock: Clock | None = None
+    ) -> None:
         self.frequency, self.amplitude = check_tone(frequency, amplitude)
-        super().__init__(encoded_tone(self.frequency, self.amplitude))
+        super().__init__(encoded_tone(self.frequency, self.amplitude), clock)
 
 
 class _NotPlainOpus(AvatarError):
@@ -135,11 +139,12 @@ class OpusFileSource(MediaStreamTrack):
     """An Ogg/Opus file sent as it is: demuxed with PyAV, never decoded or re-encoded.
 
     Any local file FFmpeg demuxes whose first audio stream is mono or stereo Opus works
-    (``.opus``/``.ogg``, WebM too). Packets are paced on the wall clock by their own
-    length (read from each packet's TOC byte); the file is read on the event loop, a few
-    kilobytes at a time. At the end of the file the track ends (``MediaStreamError``: a
-    session's uplink carries on with silence) and releases the file, unless
-    ``loop=True``, which starts again from the beginning. ``stop()`` releases it early.
+    (``.opus``/``.ogg``, WebM too). Packets are paced in real time by their own length
+    (read from each packet's TOC byte) on ``clock`` (default: the system clock); the file
+    is read on the event loop, a few kilobytes at a time. At the end of the file the track
+    ends (``MediaStreamError``: a session's uplink carries on with silence) and releases the
+    file, unless ``loop=True``, which starts again from the beginning. ``stop()`` releases
+    it early.
 
     :raises AvatarError: ``device_not_found`` for a missing file, ``permission_denied``
         when it may not be read, ``invalid_argument`` for a directory, a URL (use
@@ -149,7 +154,9 @@ class OpusFileSource(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, path: str | os.PathLike[str], *, loop: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, loop: bool = False, clock: Clock | None = None
+    ) -> None:
         target = os.fspath(path)
         shown = display(target)
         if "://" in target:
@@ -175,7 +182,7 @@ class OpusFileSource(MediaStreamTrack):
         self._packets: Iterator[Any] = container.demux(self._stream)
         self._pending: bytes | None = None
         self._read_this_pass = 0
-        self._pacer = _Pacer()
+        self._pacer = _Pacer(clock)
         self.packets = 0
         self.loops = 0
 

@@ -5,8 +5,10 @@ Every source here is an aiortc :class:`~aiortc.mediastreams.MediaStreamTrack` yi
 ``time_base`` 1/48000, which is what Opus encodes natively: the uplink neither resamples
 nor re-chunks, and a bot can swap one source for another without a timestamp jump.
 
-Synthetic sources pace themselves on a monotonic clock like aiortc's ``AudioStreamTrack``;
-file and microphone sources are paced by the file's timestamps and the device's clock.
+Synthetic sources pace themselves on a monotonic clock like aiortc's ``AudioStreamTrack``
+(the system clock unless one is injected with ``clock=``: a test drives the schedule with a
+:class:`~avatar_sdk.clock.FakeClock` instead of measuring a loaded machine); file and
+microphone sources are paced by the file's timestamps and the device's clock.
 Device failures surface from ``recv()`` as the exceptions of :mod:`.devices`, which the
 session turns into an ``error`` event while it keeps running (CONTRACT: audio source
 failures). ``stop()`` releases whatever a source holds (thread, file, device).
@@ -20,7 +22,6 @@ import fractions
 import functools
 import importlib
 import math
-import time
 from collections import deque
 from types import ModuleType
 from typing import Any, Final, NamedTuple
@@ -30,6 +31,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..besteffort import best_effort
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
@@ -71,28 +73,33 @@ def _s16_mono(payload: bytes, pts: int, rate: int = SAMPLE_RATE) -> av.AudioFram
 
 
 class _PacedSource(MediaStreamTrack):
-    """Base of the synthetic sources: one 20 ms frame per 20 ms of monotonic time."""
+    """Base of the synthetic sources: one 20 ms frame per 20 ms of ``clock`` time.
+
+    ``clock`` (default: the system clock) is read and slept on for the schedule alone; it
+    is injectable so that the pacing rule itself can be checked on a virtual clock.
+    """
 
     kind = "audio"
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
         super().__init__()
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._pts = 0
-        self._anchor: float | None = None  # monotonic time of pts 0
+        self._anchor: float | None = None  # clock time of pts 0
         self.frames = 0
 
     async def _next_pts(self) -> int:
         """Wait until the next frame is due; its pts (raises MediaStreamError once stopped)."""
         if self.readyState != "live":
             raise MediaStreamError
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._anchor is None:
             self._anchor = now
         else:
             pts = self._pts + FRAME_SAMPLES  # committed only once due (a cancel skips nothing)
             due = self._anchor + pts / SAMPLE_RATE
             if due > now:
-                await asyncio.sleep(due - now)
+                await self._clock.sleep(due - now)
                 if self.readyState != "live":
                     raise MediaStreamError
             elif now - due > _MAX_LAG:
@@ -125,9 +132,11 @@ class ToneSource(_PacedSource):
     ``numpy.sin`` per frame.
     """
 
-    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+    def __init__(
+        self, frequency: float = 440.0, amplitude: float = 0.3, *, clock: Clock | None = None
+    ) -> None:
         frequency, amplitude = check_tone(frequency, amplitude)
-        super().__init__()
+        super().__init__(clock=clock)
         self.frequency = frequency
         self.amplitude = amplitude
         self._table = _tone_table(self.frequency, self.amplitude)
@@ -189,8 +198,10 @@ class FailingSource(_PacedSource):
     Every later ``recv()`` raises again until the track is stopped.
     """
 
-    def __init__(self, exc: BaseException, *, after_frames: int = 0) -> None:
-        super().__init__()
+    def __init__(
+        self, exc: BaseException, *, after_frames: int = 0, clock: Clock | None = None
+    ) -> None:
+        super().__init__(clock=clock)
         self.exc = exc
         self.after_frames = after_frames
         self.failures = 0

@@ -24,6 +24,13 @@ FAST = SessionConfig(
     close_timeout=1.0,
 )
 
+#: Wall-clock bound (s) of a wait that must end on an answer or on a short bound of its own
+#: (close_timeout, a caller's timeout), not on a longer wait it should not make: a test sets
+#: every such longer wait (a hung server step, a step timeout, a reconnect window) far above
+#: it. A hang guard only, far above what a loaded machine adds; never a speed claim (speed
+#: is measured by ``make bench``).
+HANG_GUARD = 5.0
+
 SessionFactory = Callable[..., AvatarSession]
 
 

@@ -12,7 +12,7 @@ from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 
-from .conftest import FAST, SessionFactory, sdk_tasks, until
+from .conftest import FAST, HANG_GUARD, SessionFactory, sdk_tasks, until
 
 
 async def test_full_connect_sequence_walks_every_declared_state(
@@ -102,15 +102,31 @@ async def test_withheld_handshake_step_fails_with_its_code_within_its_timeout(
 async def test_wrong_token_is_auth_failed_at_once_and_never_retried(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    session = make_session(token="not-the-token")
+    """The refusal itself ends connect(): one CONNECT, refused, and no retry of any kind.
+
+    "At once" is asserted as behaviour: every timeout connect() could wait out is set far
+    above the hang guard, so returning within the guard means the refusal was acted on;
+    a retry, were one made, is cheap here (the capacity queue's backoff is 10 ms), so it
+    would show as a second refused CONNECT, not as a slow test."""
+    config = FAST.with_(
+        server_connect_timeout=4 * HANG_GUARD,
+        overall_connect_timeout=6 * HANG_GUARD,
+        capacity_backoff=(0.01,),
+        capacity_max_wait=1.0,
+    )
+    session = make_session(token="not-the-token", config=config)
     started = time.monotonic()
     with pytest.raises(AvatarError) as info:
-        await session.connect()
+        async with asyncio.timeout(HANG_GUARD):  # a hang fails here, not at pytest's timeout
+            await session.connect()
+    elapsed = time.monotonic() - started
     assert info.value.code is ErrorCode.AUTH_FAILED
-    assert time.monotonic() - started < 0.5
-    assert staging.refused_connections == 1
+    assert (staging.refused_connections, staging.connections) == (1, 0)  # one CONNECT, refused
+    assert session.state == "failed"  # terminal: nothing left that could retry later
     assert session.health().upstream == "failed"
     assert session.health().category == "auth"
+    assert sdk_tasks() == []
+    assert elapsed < HANG_GUARD  # no timeout waited out (see the docstring)
 
 
 async def test_server_never_answers_a_join_without_token(staging: StagingServer) -> None:
@@ -154,8 +170,12 @@ async def test_fatal_join_verdicts_fail_connect(
 async def test_cancelled_connect_tears_down_within_close_timeout(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
+    """A cancelled connect() tears down on close_timeout, not on the step it was waiting
+    for (showAgent, withheld: it never comes) nor on that step's timeouts, set far above the
+    hang guard here so that waiting any of them fails the test."""
     staging.faults.withhold("showAgent")
-    session = make_session()
+    config = FAST.with_(agent_timeout=6 * HANG_GUARD, overall_connect_timeout=8 * HANG_GUARD)
+    session = make_session(config=config)
     waiting = session.expect("state_changed", lambda e: e.data["state"] == "connecting_agent", 2)
     task = asyncio.ensure_future(session.connect())
     await waiting
@@ -163,8 +183,9 @@ async def test_cancelled_connect_tears_down_within_close_timeout(
     started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - started < FAST.close_timeout + 0.2
+        async with asyncio.timeout(HANG_GUARD):  # a hang fails here, not at pytest's timeout
+            await task
+    assert time.monotonic() - started < HANG_GUARD < config.agent_timeout
     assert session.state == "ended"
     assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []

@@ -33,7 +33,7 @@ from avatar_sdk.transport.ice import (
 )
 from avatar_sdk.transport.stv import StvDownlink
 
-from .conftest import FAST, until
+from .conftest import FAST, HANG_GUARD, until
 
 
 class BindGate:
@@ -202,8 +202,9 @@ async def test_close_peer_stays_bounded_and_closes_the_sockets_when_close_hangs(
     pc.close = hang  # a close that never finishes (a stuck DTLS or RTP teardown)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await close_peer(pc, 0.3)
-    assert loop.time() - started < 1.0
+    async with asyncio.timeout(HANG_GUARD):  # pc.close() never ends: only the bound can
+        await close_peer(pc, 0.3)
+    assert loop.time() - started < HANG_GUARD  # a hang guard, not a speed claim
     assert all(t.is_closing() for t in sockets)
 
 

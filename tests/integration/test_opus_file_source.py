@@ -82,7 +82,11 @@ async def test_opus_file_packets_are_paced_and_never_decoded(tmp_path: Path) -> 
         assert all(
             p.duration == 960 and p.time_base == fractions.Fraction(1, RATE) for p in packets
         )
-        assert 0.18 <= elapsed < 0.5  # ten 20 ms intervals after the first packet
+        assert [p.pts for p in packets] == [960 * i for i in range(11)]  # 20 ms of media time
+        # No-pacing guard, one-sided: ten 20 ms intervals cannot pass in less real time (a
+        # busy machine only makes it longer); an unpaced file is read out in ~0 s. The
+        # schedule itself is pinned on a FakeClock (tests/unit/test_source_pacing.py).
+        assert elapsed >= 0.9 * 10 * 0.02
         await take(source, len(want) - 11)
         with pytest.raises(MediaStreamError):
             await source.recv()  # end of file
@@ -99,8 +103,11 @@ async def test_opus_file_loops_and_a_late_consumer_gets_no_burst(tmp_path: Path)
         assert source.loops >= 2
         await asyncio.sleep(0.3)  # 15 packets late
         started = time.monotonic()
-        await take(source, 4)
-        assert time.monotonic() - started >= 0.05  # re-anchored: paced, not a burst
+        late = await take(source, 4)
+        # One-sided: re-anchored, the last three are paced again (>= 60 ms; a burst of the 15
+        # overdue packets takes ~0 s). The rule itself: tests/unit/test_source_pacing.py.
+        assert time.monotonic() - started >= 0.05
+        assert [p.pts for p in late] == [960 * i for i in range(25, 29)]  # no pts jump
     finally:
         source.stop()
     assert source._container is None
@@ -113,9 +120,11 @@ async def test_encoded_silence_is_paced_opus_silence() -> None:
     try:
         started = time.monotonic()
         packets = await take(source, 6)
-        assert 0.08 <= time.monotonic() - started < 0.4
+        elapsed = time.monotonic() - started
         assert {bytes(p) for p in packets} == {OPUS_SILENCE}
         assert all(p.duration == 960 for p in packets)
+        assert [p.pts for p in packets] == [960 * i for i in range(6)]
+        assert elapsed >= 0.9 * 5 * 0.02  # no-pacing guard, one-sided (see above)
     finally:
         source.stop()
 

@@ -11,7 +11,7 @@ from avatar_sdk import AvatarError, RetryPolicy
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In
 
-from .conftest import FAST, SessionFactory, sdk_tasks, until
+from .conftest import FAST, HANG_GUARD, SessionFactory, sdk_tasks, until
 
 
 def _raw_text(i: int) -> dict[str, object]:
@@ -46,7 +46,8 @@ async def test_same_pod_recovery_replays_gap_events_once_in_order_without_rejoin
 
     assert ev.data["tier"] == "socket"
     assert ev.data["recovered"] is True
-    assert ev.data["duration"] < 1.0
+    # No bound on ev.data["duration"]: the socket tier recovering at all (no cold fallback,
+    # below) is the behaviour; how fast is `make bench` (figure recovery).
     assert [c for c in seen if c.startswith("gap-")] == [f"gap-{i}" for i in range(20)]
     assert len(staging.received_events("join")) == 1  # no re-join
     assert staging.live_sids == [sid_before]  # same server session
@@ -182,10 +183,13 @@ async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
     assert await until(lambda: conv.turn_task is None or conv.turn_task.done(), 3)
     started = asyncio.get_running_loop().time()
     assert staging.faults.silent_socket() == 1
-    lost = await session.wait_for("reconnecting", 5)
+    lost = await session.wait_for("reconnecting", HANG_GUARD)
     detected = asyncio.get_running_loop().time() - started
     assert lost.data["reason"] == "ping timeout"
-    assert detected < cfg.socket_probe_interval + cfg.socket_probe_timeout + 0.6
+    # Found by the SDK's probe (it counts its detections), not by Engine.IO's heartbeat,
+    # which would take the server's 25 + 20 s; the wall clock is only a hang guard.
+    assert session.stats().get("dead_socket_detections") == 1
+    assert detected < HANG_GUARD
     ev = await session.wait_for("reconnected", 10)
     # Like a server behind a dead NAT, staging never hears of the abort (no FIN reaches it)
     # and has not timed the socket out yet: the in-place offer is refused, the cold tier

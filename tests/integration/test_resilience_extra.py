@@ -13,7 +13,7 @@ from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST, SessionFactory, sdk_tasks, until
+from .conftest import FAST, HANG_GUARD, SessionFactory, sdk_tasks, until
 from .test_media_session import open_peers
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0)
@@ -41,15 +41,19 @@ async def test_journal_records_the_incident_without_secrets_or_content(
 
 
 async def test_close_is_bounded_while_a_whep_post_never_answers(staging: StagingServer) -> None:
+    """close() ends on close_timeout, not on the WHEP answer (never sent) nor on the
+    connect's own deadline, set far above the hang guard so that waiting it fails."""
     staging.faults.stuck_ice("stv", mode="no_answer")
+    config = MEDIA.with_(overall_connect_timeout=8 * HANG_GUARD)
     session = AvatarSession(
-        staging.url, staging.token, audio=ToneSource(), allow_insecure_transport=True, config=MEDIA
+        staging.url, staging.token, audio=ToneSource(), allow_insecure_transport=True, config=config
     )
     task = asyncio.ensure_future(session.connect())
     assert await until(lambda: session.state == "connecting_video", 5)
     started = time.monotonic()
-    await session.close()
-    assert time.monotonic() - started < MEDIA.close_timeout + 0.5
+    async with asyncio.timeout(HANG_GUARD):  # a hang fails here, not at pytest's timeout
+        await session.close()
+    assert time.monotonic() - started < HANG_GUARD < config.overall_connect_timeout
     with pytest.raises(AvatarError):
         await task
     assert await until(lambda: staging.live_sids == [], 2)
@@ -62,14 +66,20 @@ async def test_close_is_bounded_while_a_whep_post_never_answers(staging: Staging
 async def test_close_is_bounded_in_the_middle_of_a_cold_reconnect(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
-    session = make_session()
+    """close() ends on close_timeout, not on the cold attempt's join (withheld) nor on its
+    timeouts, set far above the hang guard so that waiting any of them fails."""
+    config = FAST.with_(
+        join_complete_timeout=6 * HANG_GUARD, overall_connect_timeout=8 * HANG_GUARD
+    )
+    session = make_session(config=config)
     await session.connect()
     staging.faults.withhold("joinComplete")  # the cold attempt hangs in its join
     await staging.faults.drop_socket(recovery=False)
     assert await until(lambda: session.state == "cold_reconnecting", 2)
     started = time.monotonic()
-    await session.close()
-    assert time.monotonic() - started < FAST.close_timeout + 0.5
+    async with asyncio.timeout(HANG_GUARD):  # a hang fails here, not at pytest's timeout
+        await session.close()
+    assert time.monotonic() - started < HANG_GUARD < config.join_complete_timeout
     assert session.state == "ended"
     assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []
@@ -120,7 +130,15 @@ async def test_close_is_bounded_in_every_live_state(staging: StagingServer) -> N
             staging.token,
             audio=ToneSource(),
             allow_insecure_transport=True,
-            config=MEDIA.with_(ice_stuck_timeout=30.0, media_recovery_timeout=30.0),
+            # Every wait close() must not make is far above the hang guard: the re-subscribe
+            # (never answered), the socket tier's window and its attempts' socket open.
+            config=MEDIA.with_(
+                ice_stuck_timeout=30.0,
+                media_recovery_timeout=30.0,
+                reconnect_window=6 * HANG_GUARD,
+                server_connect_timeout=6 * HANG_GUARD,
+                overall_connect_timeout=8 * HANG_GUARD,
+            ),
         )
         await session.connect()
         if state == "paused":
@@ -135,8 +153,9 @@ async def test_close_is_bounded_in_every_live_state(staging: StagingServer) -> N
         reached = (state, "cold_reconnecting")
         assert await until(lambda s=session, r=reached: s.state in r, 4)
         started = time.monotonic()
-        await session.close()
-        assert time.monotonic() - started < MEDIA.close_timeout + 0.5, state
+        async with asyncio.timeout(HANG_GUARD):  # a hang fails here, not at pytest's timeout
+            await session.close()
+        assert time.monotonic() - started < HANG_GUARD, state  # close_timeout, not the above
         assert session.state == "ended"
         staging.faults.clear()
     assert await until(lambda: staging.live_sids == [], 2)

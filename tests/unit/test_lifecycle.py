@@ -480,7 +480,8 @@ async def test_signal_grace_bounds_a_stuck_callback(hooks: ShutdownHooks) -> Non
         started = time.monotonic()
         os.kill(os.getpid(), signal.SIGUSR2)
         await asyncio.wait_for(delivered.wait(), 3.0)
-        assert time.monotonic() - started < 1.0
+        # The grace (0.2 s) cut the stuck callback (30 s): a hang guard, not a speed claim.
+        assert time.monotonic() - started < HANG_GUARD < 30
     finally:
         signal.signal(signal.SIGUSR2, old)
 
