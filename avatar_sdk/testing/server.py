@@ -103,6 +103,7 @@ class StagingServer:
         #: A blackout in progress (``faults.blackout``): it reopens the listening socket.
         self._blackout: asyncio.Task[None] | None = None
         self._blackout_over: asyncio.Event | None = None
+        self._blackout_abandoned: asyncio.Event | None = None
         self._thread_ids = itertools.count(1)
         self._register_handlers()
         self.sio.recovered_handler = self._on_recovered
@@ -159,12 +160,17 @@ class StagingServer:
             await self._site.stop()
             self._site = None
         over = self._blackout_over = asyncio.Event()
-        self._blackout = asyncio.ensure_future(self._reopen_after(max(0.0, seconds), over))
+        self._blackout_abandoned = abandoned = asyncio.Event()
+        self._blackout = asyncio.ensure_future(
+            self._reopen_after(max(0.0, seconds), over, abandoned)
+        )
 
-    async def _reopen_after(self, seconds: float, over: asyncio.Event) -> None:
+    async def _reopen_after(
+        self, seconds: float, over: asyncio.Event, abandoned: asyncio.Event
+    ) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(over.wait(), seconds)
-        if self._runner is None or self._site is not None:
+        if abandoned.is_set() or self._runner is None or self._site is not None:
             return
         try:
             await self._listen(tries=20)
@@ -183,11 +189,20 @@ class StagingServer:
             self._blackout_over.set()
 
     async def _cancel_blackout(self) -> None:
-        """Forget the blackout in progress, without reopening (a new one, or the stop)."""
+        """Forget the blackout in progress, without reopening (a new one, or the stop).
+
+        Never by cancelling a reopening under way: asyncio's ``create_server`` cancelled after
+        it made the listening socket (it yields once before returning) drops that socket
+        unclosed, still listening. The task is told to stand down instead, and awaited: a
+        reopening already under way finishes, and its site is the caller's to stop."""
         task, self._blackout = self._blackout, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is None:
+            return
+        if self._blackout_abandoned is not None:
+            self._blackout_abandoned.set()
+        if self._blackout_over is not None:
+            self._blackout_over.set()
+        await asyncio.gather(task, return_exceptions=True)
 
     def add_routes(self, app: web.Application) -> None:
         """Hook for extensions (media endpoints, control API)."""
