@@ -394,7 +394,7 @@ class AvatarSession(EventSource):
         link = self._slot.current
         if self._machine.data.media_released and link is not None and self._media:
             try:
-                await self._builder.rebuild_media(link)
+                await self._builder.rebuild_media(link, self._slot.outbox.send)
             except AvatarError as error:
                 await self._endings.fail(error, reason="resume_failed")
                 raise

@@ -55,6 +55,10 @@ log = sdk_logger(__name__)
 NAME_ONLY_EVENTS: frozenset[str] = frozenset({*FATAL_EVENTS, In.CONVERSATION_ENDED})
 
 
+#: Sends one event on the live link, in order with every other send (the slot's outbox).
+Send = Callable[[str, Any], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True)
 class LinkListener:
     """Where a link reports what its socket said (the session's handlers)."""
@@ -311,16 +315,17 @@ class LinkBuilder:
         await lanes.start_stv(stv, deadline.remaining)
         advance("video_ready")
 
-    async def rebuild_media(self, link: ServerLink) -> None:
+    async def rebuild_media(self, link: ServerLink, send: Send) -> None:
         """After the server released a paused session's media: a new STV session, both
-        peers again, approved again (``resume()``)."""
+        peers again, approved again (``resume()``). ``send``: the slot's outbox, so these
+        go out in order with the user's own sends on the live link."""
         cfg = self._config
         link.handshake.close()
         link.handshake = Handshake()
         deadline = Deadline(cfg.overall_connect_timeout, self._clock)
         await link.close_media(cfg.close_timeout / 2)
-        await link.emit(Out.STV_NEW_SESSION, build_stv_new_session(link.room_id))
-        await link.emit(Out.CHECK_AVAILABILITY, build_check_availability())
+        await send(Out.STV_NEW_SESSION, build_stv_new_session(link.room_id))
+        await send(Out.CHECK_AVAILABILITY, build_check_availability())
         stv = await wait_step(link.handshake, cfg, deadline, In.STV_NEW_SESSION)
 
         def stay(_: str) -> None:
@@ -329,4 +334,4 @@ class LinkBuilder:
         await self.start_media(
             link, deadline, stv if isinstance(stv, StvNewSession) else None, stay
         )
-        await link.emit(Out.APPROVED_PERMISSIONS, build_approved_permissions(link.room_id))
+        await send(Out.APPROVED_PERMISSIONS, build_approved_permissions(link.room_id))

@@ -29,11 +29,6 @@ class Outcome:
     end_reason: str = "gave_up"
 
 
-def _unsupervised(name: str, exc: BaseException) -> None:
-    """A slot built without a session's supervisor (unit tests): failures are only logged."""
-    log.error("link task %s failed: %r", name, exc)
-
-
 class Outbox:
     """Every event the session sends on a live link goes out here, strictly in call order.
 
@@ -99,9 +94,7 @@ class LinkSlot:
         self.current: ServerLink | None = None
         self.retiring: set[ServerLink] = set()
         self.outbox = Outbox(self)
-        self._supervisor = (
-            supervisor if supervisor is not None else Supervisor(_unsupervised, label="link")
-        )
+        self._supervisor = supervisor if supervisor is not None else Supervisor(label="link")
         self._scopes: dict[ServerLink, TaskScope] = {}
 
     def install(self, link: ServerLink) -> None:

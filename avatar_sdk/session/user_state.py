@@ -84,20 +84,22 @@ class UserState:
         self._machine.set(media_released=False, agent_restarting=False)
         self._resume_unconfirmed = False
         if not self.mic_enabled:
-            await link.emit(Out.MUTE_USER, build_empty())
+            await self._slot.outbox.send(Out.MUTE_USER, build_empty(), link=link)
         if self._machine.data.user_paused:
-            await link.emit(Out.PAUSE_CONVERSATION, build_empty())
+            await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty(), link=link)
 
     async def on_same_session(self, link: ServerLink) -> None:
         """The socket tier restored ``link``'s server session: re-send what a dying socket
         may have swallowed (idempotent, or only while unconfirmed)."""
         if self._approval_seen is not link:
-            await link.emit(Out.APPROVED_PERMISSIONS, build_approved_permissions(link.room_id))
+            await self._slot.outbox.send(
+                Out.APPROVED_PERMISSIONS, build_approved_permissions(link.room_id), link=link
+            )
         if not self.mic_enabled:
-            await link.emit(Out.MUTE_USER, build_empty())
+            await self._slot.outbox.send(Out.MUTE_USER, build_empty(), link=link)
         elif self._mute_toggled:
-            await link.emit(Out.UNMUTE_USER, build_empty())
+            await self._slot.outbox.send(Out.UNMUTE_USER, build_empty(), link=link)
         if self._machine.data.user_paused:
-            await link.emit(Out.PAUSE_CONVERSATION, build_empty())
+            await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty(), link=link)
         elif self._resume_unconfirmed:
-            await link.emit(Out.RESUME_CONVERSATION, build_empty())
+            await self._slot.outbox.send(Out.RESUME_CONVERSATION, build_empty(), link=link)
