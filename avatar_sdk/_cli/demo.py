@@ -158,7 +158,7 @@ class Demo:
             self.step(f"injecting {fault.label}")
             waiter = session.expect(
                 fault.event,
-                lambda e, f=fault: all(e.data.get(k) == v for k, v in f.match.items()),  # type: ignore[misc]
+                predicate=lambda e, f=fault: all(e.data.get(k) == v for k, v in f.match.items()),  # type: ignore[misc]
                 timeout=RECOVERY_BOUND,
             )
             greeting = session.expect("agent_turn_ended", timeout=RECOVERY_BOUND + REPLY_BOUND)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar, overload
 
@@ -86,8 +87,12 @@ class EventBus:
         Returns a function that unsubscribes.
         """
         if not callable(callback):
-            raise TypeError("callback must be callable")
+            raise TypeError(
+                f"callback must be callable (a function of the Event), not {_shown(callback)}"
+            )
         key = _key(name)
+        if self._closed:
+            raise _closed_error(key)
         self._callbacks.setdefault(key, []).append(callback)
 
         def unsubscribe() -> None:
@@ -102,23 +107,28 @@ class EventBus:
 
         Subscribed at call time; buffers at most ``cap`` events (default: ``queue_size``;
         the oldest are dropped, and the stream says so, see :class:`EventStream`).
-        On a closed bus the stream is empty.
+        Raises ``AvatarError(CLOSED)`` at once if the bus has closed.
         """
+        if self._closed:
+            raise AvatarError(ErrorCode.CLOSED, "the session ended: no further event will come")
         bound = self.queue_size if cap is None else _check_bound(cap, "max_queue")
         return EventStream(self, frozenset(_key(n) for n in names) if names else None, bound)
 
     def expect(
         self,
         name: str | EventName,
+        *,
         predicate: Callable[[Event], bool] | None = None,
         timeout: float | None = None,
     ) -> Expectation:
         """The next event ``name`` (matching ``predicate``), registered now, awaited later.
 
         ``timeout`` (seconds) counts from this call. Raises ``AvatarError(CLOSED)`` at once
-        if the bus has closed. Must be called with an event loop running.
+        if the bus has closed, ``TypeError`` for a ``predicate`` that is not callable or a
+        ``timeout`` that is not a number. Must be called with an event loop running.
         """
         key = _key(name)
+        check_waiter(predicate, timeout)
         if self._closed:
             raise _closed_error(key)
         return Expectation(self, key, predicate, timeout)
@@ -126,6 +136,7 @@ class EventBus:
     def wait_for(
         self,
         name: str | EventName,
+        *,
         timeout: float | None = None,
         predicate: Callable[[Event], bool] | None = None,
     ) -> Coroutine[Any, Any, Event]:
@@ -140,8 +151,9 @@ class EventBus:
         except RuntimeError:
             # Made before any loop runs (``asyncio.run(bus.wait_for(...))``): nothing can be
             # emitted before it starts, so registering when it starts misses nothing.
+            check_waiter(predicate, timeout)
             return self._wait_later(name, timeout, predicate)
-        return self.expect(name, predicate, timeout).wait()
+        return self.expect(name, predicate=predicate, timeout=timeout).wait()
 
     async def _wait_later(
         self,
@@ -149,7 +161,7 @@ class EventBus:
         timeout: float | None,
         predicate: Callable[[Event], bool] | None,
     ) -> Event:
-        return await self.expect(name, predicate, timeout)
+        return await self.expect(name, predicate=predicate, timeout=timeout)
 
     # -- emission ---------------------------------------------------------------------------
     def emit(self, name: str | EventName, data: dict[str, Any] | None = None) -> Event:
@@ -233,6 +245,36 @@ class EventBus:
                 await asyncio.gather(*pending, return_exceptions=True)
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_waiter(predicate: object, timeout: object) -> None:
+    """Refuse, when a waiter is registered, what would otherwise fail at the first event
+    (a predicate that is not callable: logged per event, the waiter never resolving) or
+    wait for ever: ``TypeError`` for a wrong type, ``AvatarError(INVALID_ARGUMENT)`` for
+    a timeout that is negative or not finite."""
+    if predicate is not None and not callable(predicate):
+        hint = (
+            f"; a timeout is written timeout={predicate!r}"
+            if isinstance(predicate, int | float) and not isinstance(predicate, bool)
+            else ""
+        )
+        raise TypeError(
+            f"predicate must be callable (a function of the Event returning bool), not"
+            f" {_shown(predicate)}{hint}"
+        )
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be seconds (a number) or None, not {_shown(timeout)}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"timeout must be finite seconds >= 0 (got {timeout!r})"
+        )
+
+
 #: Every name a session emits, plus ``"*"`` (all events).
 _KNOWN_NAMES: Final = frozenset({str(n) for n in EventName} | {"*"})
 
@@ -266,7 +308,11 @@ class EventSource:
     ) -> Callable[[], None] | Callable[[_F], _F]:
         """Call ``callback(event)`` (sync or async) for each event ``name`` (``"*"``: all);
         returns a function that unsubscribes. Without ``callback`` it is a decorator:
-        ``@session.on("agent_text")`` registers the function and returns it unchanged."""
+        ``@session.on("agent_text")`` registers the function and returns it unchanged.
+
+        A ``callback`` that is not callable raises ``TypeError`` here; on an ended session
+        (as every event verb) this raises ``AvatarError(CLOSED)`` at once: no event will
+        come."""
         key = known_event(name)
         if callback is not None:
             return self._bus.on(key, callback)
@@ -284,30 +330,38 @@ class EventSource:
         Buffers at most ``max_queue`` events (default ``SessionConfig.event_queue_size``,
         10,000); a consumer that falls behind loses the oldest and reads an
         ``events_dropped`` {count, total} event where they were (``stream.dropped``, and
-        ``stats()["events_dropped"]`` for all streams)."""
+        ``stats()["events_dropped"]`` for all streams). On an ended session this raises
+        ``AvatarError(CLOSED)`` at once."""
         return self._bus.events(*(known_event(n) for n in names), cap=max_queue)
 
     def expect(
         self,
         name: str | EventName,
+        *,
         predicate: Callable[[Event], bool] | None = None,
         timeout: float | None = None,
     ) -> Expectation:
-        """The next event ``name``, registered now and awaited later: ``w =
-        session.expect("reconnected", timeout=5); <trigger>; event = await w``.
+        """The next event ``name`` (for which ``predicate(event)`` is true, if given),
+        registered now and awaited later: ``w = session.expect("reconnected", timeout=5);
+        <trigger>; event = await w``.
 
-        ``timeout`` (seconds) counts from this call; ``TimeoutError`` names the event.
-        Raises ``AvatarError(CLOSED)`` at once on an ended session."""
-        return self._bus.expect(known_event(name), predicate, timeout)
+        Everything after the name is keyword-only (``expect(name, 30)`` is a
+        ``TypeError``), and checked here: a ``predicate`` that is not callable or a
+        ``timeout`` that is not a number raises ``TypeError``, a negative one
+        ``AvatarError(INVALID_ARGUMENT)``. ``timeout`` (seconds) counts from this call;
+        ``TimeoutError`` names the event. Raises ``AvatarError(CLOSED)`` at once on an
+        ended session."""
+        return self._bus.expect(known_event(name), predicate=predicate, timeout=timeout)
 
     def wait_for(
         self,
         name: str | EventName,
+        *,
         timeout: float | None = None,
         predicate: Callable[[Event], bool] | None = None,
     ) -> Coroutine[Any, Any, Event]:
-        """``await session.wait_for(name, timeout)``: the next event ``name`` (for which
+        """``await session.wait_for(name, timeout=30)``: the next event ``name`` (for which
         ``predicate(event)`` is true, if given). Subscribed when called, not when awaited;
         ``TimeoutError`` after ``timeout`` seconds; ``AvatarError(CLOSED)`` on an ended
-        session, at once."""
-        return self._bus.wait_for(known_event(name), timeout, predicate)
+        session, at once. Keyword-only and checked at the call, as :meth:`expect`."""
+        return self._bus.wait_for(known_event(name), timeout=timeout, predicate=predicate)

@@ -306,7 +306,7 @@ class ScenarioContext:
         started = time.monotonic()
         try:
             ended = session.expect(  # registered before speaking
-                "agent_turn_ended", lambda event: match.end(event.data), timeout=limit
+                "agent_turn_ended", predicate=lambda event: match.end(event.data), timeout=limit
             )
             try:
                 await session.speak(text)
@@ -372,7 +372,7 @@ class ScenarioContext:
         def predicate(event: Event) -> bool:
             return all(event.data.get(k) == v for k, v in match.items())
 
-        return self.session.expect(name, predicate if match else None, timeout=timeout)
+        return self.session.expect(name, predicate=predicate if match else None, timeout=timeout)
 
     async def fault(self, name: str, /, **kwargs: Any) -> Any:
         """Inject a staging fault through the control API (``POST

@@ -156,8 +156,8 @@ class Brain:
     def tool_calls(
         self,
         calls: Sequence[ToolCallSpec],
-        then: str | None = None,
         *,
+        then: str | None = None,
         fused: bool = False,
         wait_for_response: bool = False,
     ) -> None:
@@ -193,9 +193,9 @@ class Brain:
     def tool_spiral(
         self,
         count: int,
+        *,
         name: str = "navigate_to_slide",
         turn_boundaries: int = 0,
-        *,
         identical: bool = False,
     ) -> None:
         """The next turn is a tool-call spiral: ``count`` raw ``tool`` segments named ``name``

@@ -53,6 +53,8 @@ class EventSequence:
         for step in steps:
             if not isinstance(step, str | tuple):
                 raise TypeError(f"a step is an event name or (name, {{field: value}}): {step!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout must be seconds (a number), not {type(timeout).__name__}")
         self.steps: list[Step] = list(steps)
         self.timeout = timeout
         self._deadline = time.monotonic() + timeout
@@ -104,7 +106,7 @@ class EventSequence:
         )
 
 
-def expect_events(session: EventSource, steps: Sequence[Step], timeout: float) -> EventSequence:
+def expect_events(session: EventSource, steps: Sequence[Step], *, timeout: float) -> EventSequence:
     """Expect the session to emit ``steps`` in order within ``timeout`` seconds.
 
     ``steps`` are event names, or ``(name, {field: value})`` pairs the event's data must
@@ -115,6 +117,7 @@ def expect_events(session: EventSource, steps: Sequence[Step], timeout: float) -
         events = await waiter            # the matched events, in order
 
     ``await expect_events(...)`` right away is fine for events the test has not triggered
-    yet. A miss raises ``AssertionError`` saying what came instead.
+    yet. A miss raises ``AssertionError`` saying what came instead. ``timeout`` is
+    keyword-only, and a value that is not a number of seconds is a ``TypeError`` here.
     """
     return EventSequence(session, steps, timeout)

@@ -74,7 +74,7 @@ class Faults:
         self.genie_answer_delay = 0.0
 
     # -- socket -----------------------------------------------------------------------------
-    async def drop_socket(self, recovery: bool = True) -> int:
+    async def drop_socket(self, *, recovery: bool = True) -> int:
         """Kill every client transport abruptly (recoverable unless ``recovery=False``)."""
         self.injected.append("drop_socket")
         sio = self._server.sio
@@ -84,7 +84,7 @@ class Faults:
                 dropped += 1
         return dropped
 
-    async def blackout(self, seconds: float, recovery: bool = True) -> int:
+    async def blackout(self, seconds: float, *, recovery: bool = True) -> int:
         """An outage: for ``seconds`` the server refuses every new connection (its
         listening socket is closed, so a connect fails at once with "connection refused",
         WHEP and genie requests included), and it starts by dropping every control
@@ -108,7 +108,7 @@ class Faults:
         for sid in list(self._server.conversations):
             await self._server.sio.disconnect(sid)
 
-    def silent_socket(self, server_timeout: float | None = None) -> int:
+    def silent_socket(self, *, server_timeout: float | None = None) -> int:
         """Every control socket goes silently dead like a vanished peer: nothing read, nothing
         written (no ping, no close frame), no FIN, until :meth:`clear` or the server stops.
         Only a client-side probe can notice before Engine.IO's ping timeout. Returns how many
@@ -132,7 +132,7 @@ class Faults:
         self._server.sio.recovery_window = seconds
 
     # -- capacity and admission -------------------------------------------------------------
-    def capacity_full(self, seconds: float, step: str = "stv") -> None:
+    def capacity_full(self, seconds: float, *, step: str = "stv") -> None:
         """For ``seconds``: every admission answers ``throwToNoAgent`` (then the server drops
         the socket) and ``availabilityResult`` says ``available: false``. ``step``: where the
         verdict answers, ``"stv"`` (the service: after ``stvNewSession``) or ``"join"``."""
@@ -144,7 +144,7 @@ class Faults:
     def capacity_is_full(self) -> bool:
         return time.monotonic() < self.capacity_full_until
 
-    def tier_exceeded(self, step: str = "stv") -> None:
+    def tier_exceeded(self, *, step: str = "stv") -> None:
         """The next admission answers ``throwToExceededTier`` (then the server drops the
         socket). ``step="stv"`` (default, what the service does): instead of the
         ``stvNewSession`` answer; ``step="join"``: instead of ``clientConfiguration``."""
@@ -153,6 +153,7 @@ class Faults:
     def admission_error(
         self,
         event: str = In.THROW_TO_EXCEEDED_TIER,
+        *,
         step: str = "stv",
         payload: dict[str, Any] | None = None,
         times: int = 1,
@@ -185,6 +186,7 @@ class Faults:
     def availability(
         self,
         available: bool | None = None,
+        *,
         delay: float = 0.0,
         details: dict[str, Any] | None = None,
     ) -> None:
@@ -219,7 +221,7 @@ class Faults:
         for conv in list(self._server.conversations.values()):
             await conv.emit(In.CONVERSATION_TIME_WARNING, {"remainingTime": remaining})
 
-    async def agent_crash(self, recoverable: bool = True, restart_after: float = 0.3) -> None:
+    async def agent_crash(self, *, recoverable: bool = True, restart_after: float = 0.3) -> None:
         """``session_error`` AGENT_CHILD_CRASHED_RESTARTED (recoverable) or AGENT_CHILD_CRASHED.
 
         A restarting agent ignores user turns (they are lost server-side) until it is back,
@@ -234,7 +236,7 @@ class Faults:
             if recoverable:
                 conv.schedule_agent_restart(restart_after)
 
-    async def release_session(self, expired: bool = False) -> None:
+    async def release_session(self, *, expired: bool = False) -> None:
         """While paused: the server releases the avatar's media and says so
         (``sessionReadyForResume``, or ``pauseSessionExpired`` with ``expired=True``)."""
         self.injected.append("release_session")
@@ -267,7 +269,7 @@ class Faults:
             sent += 1
         return sent
 
-    async def oversized(self, size: int, event_name: str = In.CONVERSATION_TIME_WARNING) -> None:
+    async def oversized(self, size: int, *, event_name: str = In.CONVERSATION_TIME_WARNING) -> None:
         """Send ``event_name`` with a payload padded to about ``size`` bytes, through the
         recovery buffer like any event (so a recovery replays it)."""
         self.injected.append(f"oversized:{event_name}")
@@ -276,7 +278,7 @@ class Faults:
             await conv.emit(event_name, payload)
 
     # -- media (real aiortc peers, see .media) ----------------------------------------------
-    async def ice_failure(self, channel: str, mode: str = "close") -> int:
+    async def ice_failure(self, channel: str, *, mode: str = "close") -> int:
         """ICE fails on every open server peer of ``channel`` ("asr" | "stv"); returns how many.
 
         ``mode="close"`` (default): the server side dies at once (DTLS close alert, ICE
@@ -288,7 +290,7 @@ class Faults:
         self.injected.append(f"ice_failure:{channel}")
         return await self._server.media.ice_failure(channel, mode=mode)
 
-    async def media_stall(self, channel: str, seconds: float | None = None) -> None:
+    async def media_stall(self, channel: str, *, seconds: float | None = None) -> None:
         """RTP stops on ``channel`` while ICE stays up, for ``seconds`` (None: until cleared).
 
         "stv": the avatar's tracks stop producing frames (RTCP goes on). "asr": the server
@@ -297,12 +299,12 @@ class Faults:
         self.injected.append(f"media_stall:{channel}")
         self._server.media.media_stall(channel, seconds)
 
-    def whep_404(self, times: int = 1) -> None:
+    def whep_404(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")
         self._server.media.whep_404(times)
 
-    def stuck_ice(self, channel: str, mode: str = "no_answer") -> None:
+    def stuck_ice(self, channel: str, *, mode: str = "no_answer") -> None:
         """ICE never gets going on new ``channel`` peers, until cleared.
 
         ``no_answer``: asr: ``asr-webrtc-answer`` is never sent; stv: the WHEP POST is held
@@ -314,7 +316,7 @@ class Faults:
         self._server.media.stuck_ice(channel, mode)
 
     # -- genie HTTP (session_completed, tool_response) --------------------------------------
-    def genie_status(self, code: int, times: int = 1) -> None:
+    def genie_status(self, code: int, *, times: int = 1) -> None:
         """The next ``times`` genie POSTs (``session_completed`` or ``tool_response``) answer
         HTTP ``code`` and are not recorded."""
         self.injected.append(f"genie_status:{code}")

@@ -292,7 +292,7 @@ class StagingMedia:
         self.whep_404_remaining = 0
 
     def finish_answer(self, channel: str, pc: Any) -> str:
-        """The answer SDP to send, with ``stuck_ice(..., "no_candidates")`` applied."""
+        """The answer SDP to send, with ``stuck_ice(..., mode="no_candidates")`` applied."""
         answer = str(pc.localDescription.sdp)
         if self.stuck.get(channel) != "no_candidates":
             return answer

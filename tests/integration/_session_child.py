@@ -24,7 +24,7 @@ async def main() -> None:
         config=SessionConfig(handle_signals=True),
     )
     await session.connect()
-    await session.wait_for("agent_turn_ended", 10)
+    await session.wait_for("agent_turn_ended", timeout=10)
     print(f"READY {session.thread_id}", flush=True)
     await asyncio.Event().wait()
 

@@ -54,7 +54,7 @@ async def test_close_while_queued_ends_promptly(
     staging.faults.capacity_full(60)
     session = make_session(config=QUICK.with_(capacity_backoff=(30.0,), capacity_max_wait=100))
     task = asyncio.ensure_future(session.connect())
-    await session.wait_for("queued", 5)
+    await session.wait_for("queued", timeout=5)
     assert session.health().upstream == "backoff"
     await session.close()
     with pytest.raises(AvatarError) as info:

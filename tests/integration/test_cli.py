@@ -434,14 +434,18 @@ async def test_standalone_staging_advertises_its_host_and_is_driven_over_http() 
             assert (await capacity).data["available"] is False
             stv = session._slot.current.result.stv  # type: ignore[union-attr]
             assert stv is not None and URL(stv.webrtc_url).host == "localhost"
-            await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+            await session.wait_for(
+                "agent_talking", timeout=3, predicate=lambda e: not e.data["talking"]
+            )
             spoken: list[str] = []
             session.on(
                 "agent_text",
                 lambda e: spoken.append(e.data["content"]) if e.data["type"] == "avatar" else None,
             )
             answered = session.expect(
-                "agent_turn_ended", lambda e: "hello" in (e.data["speech_id"] or ""), 3
+                "agent_turn_ended",
+                predicate=lambda e: "hello" in (e.data["speech_id"] or ""),
+                timeout=3,
             )
             await session.speak("hello")
             await answered

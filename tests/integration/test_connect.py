@@ -37,7 +37,7 @@ async def test_full_connect_sequence_walks_every_declared_state(
     assert joins[0].payload["kaltura"]["ks"] == staging.token
     assert "threadId" not in joins[0].payload["kaltura"]
     # The greeting turn (started by approvedPermissions) carries the thread id.
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert [r.event for r in staging.received][:4] == [
         "join",
         "stvNewSession",
@@ -51,7 +51,7 @@ async def test_full_connect_sequence_walks_every_declared_state(
 async def test_two_turn_conversation(staging: StagingServer, make_session: SessionFactory) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     staging.brain.reply("Paris is the capital of France.")
     texts: list[str] = []
     session.on(
@@ -59,7 +59,7 @@ async def test_two_turn_conversation(staging: StagingServer, make_session: Sessi
         lambda e: texts.append(e.data["content"]) if e.data["type"] == "avatar" else None,
     )
     await session.speak("What is the capital of France?")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert "".join(texts) == "Paris is the capital of France."
     sent = [r.payload for r in staging.received_events("onTextEntered")]
     assert sent == [
@@ -176,7 +176,9 @@ async def test_cancelled_connect_tears_down_within_close_timeout(
     staging.faults.withhold("showAgent")
     config = FAST.with_(agent_timeout=6 * HANG_GUARD, overall_connect_timeout=8 * HANG_GUARD)
     session = make_session(config=config)
-    waiting = session.expect("state_changed", lambda e: e.data["state"] == "connecting_agent", 2)
+    waiting = session.expect(
+        "state_changed", predicate=lambda e: e.data["state"] == "connecting_agent", timeout=2
+    )
     task = asyncio.ensure_future(session.connect())
     await waiting
     assert session.state == "connecting_agent"
@@ -196,7 +198,9 @@ async def test_close_during_connect_raises_closed(
 ) -> None:
     staging.faults.withhold("joinComplete")
     session = make_session()
-    joining = session.expect("state_changed", lambda e: e.data["state"] == "connecting_joining", 2)
+    joining = session.expect(
+        "state_changed", predicate=lambda e: e.data["state"] == "connecting_joining", timeout=2
+    )
     task = asyncio.ensure_future(session.connect())
     await joining
     assert await until(lambda: staging.received_events("join"), 2)  # waiting for joinComplete

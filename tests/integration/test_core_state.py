@@ -34,7 +34,7 @@ async def test_a_paused_session_is_paused_again_after_either_recovery_tier(
     reconnect the pause is sent again on the new server session."""
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     await session.pause()
     old_sid = staging.live_sids[0]
     assert await until(lambda: staging.conversations[old_sid].paused, 2)
@@ -47,7 +47,9 @@ async def test_a_paused_session_is_paused_again_after_either_recovery_tier(
     [sid] = staging.live_sids
     assert (sid == old_sid) is recovery
     assert await until(lambda: staging.conversations[sid].paused, 2)
-    resumed = session.expect("state_changed", lambda e: e.data["state"] == "connected", 2)
+    resumed = session.expect(
+        "state_changed", predicate=lambda e: e.data["state"] == "connected", timeout=2
+    )
     await session.resume()
     await resumed
     assert await until(lambda: not staging.conversations[sid].paused, 2)
@@ -58,7 +60,7 @@ async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery
 ) -> None:
     session = make_session(config=FAST.with_(turn_confirm_timeout=0.3))
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     sid = staging.live_sids[0]
     conv = staging.conversations[sid]
     conv.agent_down = True  # the server takes the turn in and nothing answers it
@@ -70,7 +72,9 @@ async def test_a_turn_the_server_never_took_is_resent_once_after_socket_recovery
     event = await resent
     assert event.data == {"text": "are you there?", "tier": "socket"}
     answered = await session.wait_for(
-        "agent_speech_started", 3, lambda e: "are you there?" in (e.data["speech_id"] or "")
+        "agent_speech_started",
+        timeout=3,
+        predicate=lambda e: "are you there?" in (e.data["speech_id"] or ""),
     )
     assert answered.data["speech_id"]
     assert conv.user_turns == ["are you there?"]  # once more, exactly once
@@ -82,14 +86,14 @@ async def test_a_confirmed_turn_is_never_resent(
 ) -> None:
     session = make_session(config=EAGER)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     await session.speak("first")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     reconnected = session.expect("reconnected", timeout=3)
     await staging.faults.drop_socket(recovery=True)
     await reconnected
     await session.speak("second")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert _texts(staging) == ["first", "second"]
     assert session.stats()["turns_resent"] == 0
 
@@ -100,10 +104,12 @@ async def test_evidence_after_the_recovery_confirms_the_turn(
     """The server took the turn and answers late, after the socket recovered: no resend."""
     session = make_session(config=FAST.with_(turn_confirm_timeout=2.0))
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     conv = staging.conversations[staging.live_sids[0]]
     staging.faults.latency(0.3)  # the answer leaves the server after the drop
-    heard = session.expect("agent_speech_started", lambda e: "mid-drop" in str(e.data), 5)
+    heard = session.expect(
+        "agent_speech_started", predicate=lambda e: "mid-drop" in str(e.data), timeout=5
+    )
     reconnected = session.expect("reconnected", timeout=3)
     await session.speak("mid-drop")
     assert await until(lambda: "mid-drop" in conv.user_turns, 2)
@@ -113,7 +119,9 @@ async def test_evidence_after_the_recovery_confirms_the_turn(
     staging.faults.latency(0.0)
     await session.speak("after")
     await session.wait_for(
-        "agent_speech_started", 3, lambda e: "after" in (e.data["speech_id"] or "")
+        "agent_speech_started",
+        timeout=3,
+        predicate=lambda e: "after" in (e.data["speech_id"] or ""),
     )
     assert conv.user_turns.count("mid-drop") == 1
     assert session.stats()["turns_resent"] == 0
@@ -125,13 +133,15 @@ async def test_a_turn_held_in_a_dead_socket_moment_is_delivered(
     """speak() while the socket is down but before its recovery started: held, not lost."""
     session = make_session(config=FAST.with_(turn_confirm_timeout=0.3))
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     reconnected = session.expect("reconnected", timeout=3)
     await staging.faults.drop_socket(recovery=True)
     await session.speak("while down")  # held or sent: either way delivered exactly once
     await reconnected
     await session.wait_for(
-        "agent_speech_started", 3, lambda e: "while down" in (e.data["speech_id"] or "")
+        "agent_speech_started",
+        timeout=3,
+        predicate=lambda e: "while down" in (e.data["speech_id"] or ""),
     )
     assert _texts(staging).count("while down") == 1
 
@@ -167,10 +177,12 @@ async def test_a_turn_spoken_into_a_silently_dead_socket_is_resent_once(
     await session.connect()
     # The greeting is over (it is uninterruptible: a turn spoken during it would be held,
     # never written into the dead socket).
-    await session.wait_for("agent_talking", 2, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=2, predicate=lambda e: not e.data["talking"])
     resent = session.expect("turn_resent", timeout=10)
     answered = session.expect(
-        "agent_speech_started", lambda e: "lost in the void" in (e.data["speech_id"] or ""), 10
+        "agent_speech_started",
+        predicate=lambda e: "lost in the void" in (e.data["speech_id"] or ""),
+        timeout=10,
     )
     assert staging.faults.silent_socket(server_timeout=server_timeout) == 1
     await session.speak("lost in the void")

@@ -33,7 +33,7 @@ async def _ready(make_session: SessionFactory, **kwargs: Any) -> Any:
     kwargs.setdefault("config", GUARDED)
     session = make_session(**kwargs)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     return session
 
 
@@ -45,7 +45,7 @@ async def test_soft_spiral_is_signalled_once_per_turn_and_never_interrupts(
     session.on("tool_spiral_detected", lambda e: detected.append(e.data))
     staging.brain.tool_calls([CALL] * 5, then="Here is slide one.")
     await session.speak("show me slide one")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     assert detected == [{"count": 3, "limit": 3}]
     markers = [
         r for r in staging.received_events("onTextEntered") if r.payload.get("isSpeechStart")
@@ -61,7 +61,7 @@ async def test_ordinary_multi_tool_turns_never_trip_the_hard_tier(
     for turn in range(5):
         staging.brain.tool_calls([f'highlight {{"n": {turn}}}'], then=f"Done {turn}.")
         await session.speak(f"turn {turn}")
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
     assert "tool_spiral_recovering" not in names
     assert len(staging.received_events("join")) == 1
 
@@ -82,7 +82,7 @@ async def test_hard_spiral_rebuilds_on_a_new_socket_and_resends_the_turn_once(
         "last_turn_text": "walk me through the guidance range",
     }
     assert (await recovered).data == {"text": "walk me through the guidance range"}
-    await session.wait_for("agent_turn_ended", 3)  # the resent turn reached the server
+    await session.wait_for("agent_turn_ended", timeout=3)  # the resent turn reached the server
     new_sid = staging.live_sids[-1]
     assert new_sid != old_sid and old_sid not in staging.live_sids  # old socket closed
     joins = staging.received_events("join")
@@ -105,7 +105,7 @@ async def test_a_second_spiral_resends_its_own_turn(
         waiter = session.expect("spiral_recovered", timeout=8)
         await session.speak(question)
         await waiter
-        await session.wait_for("agent_turn_ended", 3)  # the resent turn is answered
+        await session.wait_for("agent_turn_ended", timeout=3)  # the resent turn is answered
     assert texts == ["first stuck question", "second stuck question"]
     last_sid = staging.live_sids[-1]
     resent = [r.payload["text"] for r in staging.received_events("onTextEntered", sid=last_sid)]
@@ -134,7 +134,9 @@ async def _answered_without_a_resend(staging: StagingServer, session: Any) -> No
     # The answer to this turn (the rebuilt session's greeting ends with a turn end too; a
     # turn spoken during that uninterruptible greeting is held until it is over).
     answered = session.expect(
-        "agent_turn_ended", lambda e: "is anyone there?" in (e.data["speech_id"] or ""), 3
+        "agent_turn_ended",
+        predicate=lambda e: "is anyone there?" in (e.data["speech_id"] or ""),
+        timeout=3,
     )
     await session.speak("is anyone there?")
     await answered
@@ -149,7 +151,7 @@ async def test_socket_triggered_cold_reconnect_never_resends(
     session = await _ready(make_session)
     names = _names(session)
     await session.speak("a normal question")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     rebuilt = session.expect("reconnected", timeout=5)
     await staging.faults.drop_socket(recovery=False)
     assert (await rebuilt).data["tier"] == "cold"
@@ -232,7 +234,7 @@ async def test_tool_dispatch_validation_results_and_fused_calls(
     await seg("tool_response", "open_filing responded with size 104")
     await seg("tool", 'navigate_to_slide {"slide": "three"}')
     await seg("text", "Here it is.")
-    await session.wait_for("agent_text", 2)
+    await session.wait_for("agent_text", timeout=2)
     assert await until(lambda: len(results) >= 2, 2)  # the handlers' own tasks have run
     assert [c["name"] for c in calls] == ["open_filing", "highlight_chart"]
     assert calls[1]["args"] == {"chart": "q3"}  # the unnamed blob, attributed by its echo

@@ -52,14 +52,14 @@ def reconnects(session: Any) -> int:
 async def connected_session(make_session: SessionFactory, **kwargs: Any) -> Any:
     session = make_session(**kwargs)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)  # the greeting: the socket is quiet now
+    await session.wait_for("agent_turn_ended", timeout=2)  # the greeting: the socket is quiet now
     return session
 
 
 async def still_talks(session: Any) -> None:
     """A whole turn round trip on the same socket, after whatever was sent before it."""
     await session.speak("still there?")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
 
 
 # -- defect 1: frames the decoder rejects -----------------------------------------------------

@@ -80,7 +80,7 @@ async def test_uplink_recovery_is_verified_by_transport_and_rtp_not_the_first_re
         old_peer = lanes.asr
         sid = staging.live_sids[0]
         await staging.faults.ice_failure("asr")
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "asr" and ev.data["method"] == "renegotiate"
         assert order == [("media_recovering", "asr"), ("media_recovered", "asr")]
         assert lanes.asr is not None and lanes.asr is not old_peer
@@ -112,7 +112,7 @@ async def test_the_lanes_wake_a_watchdog_when_a_peer_fails(staging: StagingServe
         waiter = asyncio.ensure_future(lanes.wait_peer_down(30.0))
         await staging.faults.ice_failure("asr")
         assert await asyncio.wait_for(waiter, 10.0) is True
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "asr"
     finally:
         await session.close()
@@ -151,7 +151,7 @@ async def test_stv_ice_failure_resubscribes_without_touching_the_uplink(
         sid = staging.live_sids[0]
         started = time.monotonic()
         await staging.faults.ice_failure("stv")
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "stv" and ev.data["method"] == "whep_resubscribe"
         assert time.monotonic() - started < 5
         assert session.state == "connected"
@@ -169,12 +169,12 @@ async def test_stv_media_stall_is_detected_and_recovered(staging: StagingServer)
     try:
         started = time.monotonic()
         await staging.faults.media_stall("stv", seconds=None)
-        recovering = await session.wait_for("media_recovering", 6)
+        recovering = await session.wait_for("media_recovering", timeout=6)
         detected = time.monotonic() - started
         assert recovering.data["channel"] == "stv"
         assert detected < MEDIA.media_stall_timeout + 1.0
         staging.faults.clear()
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "stv"
         assert session.state == "connected"
     finally:
@@ -190,7 +190,7 @@ async def test_asr_failure_renegotiates_on_the_live_socket_keeping_mute(
         sid = staging.live_sids[0]
         stv_link = session.media.stv if session.media else None
         await staging.faults.ice_failure("asr")
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data == {
             "channel": "asr",
             "method": "renegotiate",
@@ -225,12 +225,12 @@ async def test_an_uplink_whose_reports_stop_while_its_path_answers_is_recovered(
         await staging.faults.media_stall("asr", seconds=None)
         deadline = lanes.asr_cadence.deadline()  # no report after the stall: final
         assert deadline is not None and deadline >= MEDIA.media_stall_timeout
-        recovering = await session.wait_for("media_recovering", deadline + 3.0)
+        recovering = await session.wait_for("media_recovering", timeout=deadline + 3.0)
         assert recovering.data["channel"] == "asr"
         assert "receiver report" in recovering.data["reason"]
         assert time.monotonic() - started < deadline + 1.5
         staging.faults.clear()
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "asr"
     finally:
         await session.close()
@@ -243,7 +243,7 @@ async def test_whep_404_on_resubscribe_asks_for_a_fresh_stv_session_once(
     try:
         staging.faults.whep_404(times=1)
         await staging.faults.ice_failure("stv")
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "stv"
         assert len(staging.received_events("stvNewSession")) == 2
         assert session.state == "connected"
@@ -259,7 +259,7 @@ async def test_stv_session_gone_twice_escalates_to_a_cold_reconnect(
         thread = session.thread_id
         staging.faults.whep_404(times=2)
         await staging.faults.ice_failure("stv")
-        ev = await session.wait_for("reconnected", 10)
+        ev = await session.wait_for("reconnected", timeout=10)
         assert ev.data["tier"] == "cold"
         assert session.state == "connected"
         joins = staging.received_events("join")
@@ -353,10 +353,10 @@ async def test_a_downlink_that_never_delivers_a_frame_is_recovered(
     session = await _connected(staging)  # the gate caps, then the session is connected
     try:
         assert session.media is not None and session.media.gate_capped
-        recovering = await session.wait_for("media_recovering", 5)
+        recovering = await session.wait_for("media_recovering", timeout=5)
         assert recovering.data["channel"] == "stv"
         staging.faults.clear()
-        ev = await session.wait_for("media_recovered", 8)
+        ev = await session.wait_for("media_recovered", timeout=8)
         assert ev.data["channel"] == "stv"
     finally:
         await session.close()
@@ -389,12 +389,12 @@ async def test_stuck_uplink_recovery_is_bounded_by_ice_stuck_timeout(
         first = session.expect("media_recovering", timeout=5)
         await staging.faults.ice_failure("asr")
         started = (await first).at
-        cold = await session.wait_for("reconnecting", 10)  # in-place attempts gave up
+        cold = await session.wait_for("reconnecting", timeout=10)  # in-place attempts gave up
         assert cold.data["tier"] == "cold"
         # Two attempts, each stuck in checking for ice_stuck_timeout (1 s), not 5 s each.
         assert cold.at - started < 2 * 1.0 + 1.5
         staging.faults.clear()
-        ev = await session.wait_for("reconnected", 15)
+        ev = await session.wait_for("reconnected", timeout=15)
         assert ev.data["tier"] == "cold"
     finally:
         staging.faults.clear()
@@ -412,12 +412,14 @@ async def test_a_busy_uplink_recovery_never_delays_the_downlinks_escalation(
     )
     try:
         uplink_recovering = session.expect(
-            "media_recovering", lambda e: e.data["channel"] == "asr", 5
+            "media_recovering", predicate=lambda e: e.data["channel"] == "asr", timeout=5
         )
         staging.faults.stuck_ice("asr", mode="no_answer")
         await staging.faults.ice_failure("asr")
         await uplink_recovering
-        going_cold = session.expect("reconnecting", lambda e: e.data["tier"] == "cold", 10)
+        going_cold = session.expect(
+            "reconnecting", predicate=lambda e: e.data["tier"] == "cold", timeout=10
+        )
         staging.faults.whep_404(times=2)  # the re-subscribe and its retry: session gone
         started = time.monotonic()
         await staging.faults.ice_failure("stv")
@@ -425,7 +427,9 @@ async def test_a_busy_uplink_recovery_never_delays_the_downlinks_escalation(
         assert time.monotonic() - started < 10  # bounded by the downlink, not the uplink
         assert "session_gone" in event.data["reason"]
         staging.faults.clear()  # the rebuilt session's peers connect normally
-        await session.wait_for("reconnected", 15, lambda e: e.data["tier"] == "cold")
+        await session.wait_for(
+            "reconnected", timeout=15, predicate=lambda e: e.data["tier"] == "cold"
+        )
         assert session.state == "connected"
     finally:
         await session.close()
@@ -490,8 +494,12 @@ async def test_a_media_stall_and_its_recovery_run_on_the_session_clock(
         assert [v.down for v in verdicts if v.down] == []
 
         # Stalled: the verdict comes once the fake clock is a stall window past the last frame.
-        recovering = session.expect("media_recovering", lambda e: e.data["channel"] == "stv")
-        recovered = session.expect("media_recovered", lambda e: e.data["channel"] == "stv", 10)
+        recovering = session.expect(
+            "media_recovering", predicate=lambda e: e.data["channel"] == "stv"
+        )
+        recovered = session.expect(
+            "media_recovered", predicate=lambda e: e.data["channel"] == "stv", timeout=10
+        )
         await staging.faults.media_stall("stv", seconds=None)
         stalled_at = clock.monotonic()
         while not recovering.done():

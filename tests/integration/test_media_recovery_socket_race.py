@@ -46,7 +46,9 @@ async def test_a_refused_socket_recovery_starts_no_media_recovery(
     session.on("state_changed", lambda e: states.append(e.data["state"]))
     try:
         posts, deletes = staging.media.whep_posts, staging.media.whep_deletes
-        rebuilt = session.expect("reconnected", lambda e: e.data["tier"] == "cold", 10)
+        rebuilt = session.expect(
+            "reconnected", predicate=lambda e: e.data["tier"] == "cold", timeout=10
+        )
         await staging.faults.drop_socket(recovery=False)
         await rebuilt
         # Any media recovery would have started before the drop was noticed, which is

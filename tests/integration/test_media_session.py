@@ -73,7 +73,7 @@ async def test_av_session_connects_through_the_media_steps_and_decodes_frames(
         assert lanes is not None and lanes.stv is not None
         assert not lanes.gate_capped  # approved after a decoded frame, not on the cap
         first_video = lanes.stv.first_frame_at["video"]
-        await session.wait_for("agent_speech_started", 3)  # the server got the approval
+        await session.wait_for("agent_speech_started", timeout=3)  # the server got the approval
         approve = staging.received_events("approvedPermissions")[0].at
         assert approve >= first_video + 0.3  # the 0.3 s settle after the first frame
         assert session.avatar_video is not None and session.avatar_audio is not None
@@ -131,7 +131,7 @@ async def test_audio_phone_mode_connects_asr_only() -> None:
             assert session.avatar_video is None
             assert staging.media.whep_posts == 0
             await session.speak("hello")
-            await session.wait_for("agent_turn_ended", 3)
+            await session.wait_for("agent_turn_ended", timeout=3)
         finally:
             await session.close()
 
@@ -142,7 +142,7 @@ async def test_video_false_still_converses(staging: StagingServer) -> None:
         await session.connect()
         assert session.avatar_video is None and session.avatar_audio is not None
         await session.speak("audio only please")
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
     finally:
         await session.close()
 
@@ -233,7 +233,7 @@ async def test_cold_reconnect_rebuilds_both_peers_and_keeps_mute_and_source(
         video = session.avatar_video
         assert video is not None
         await staging.faults.drop_socket(recovery=False)
-        ev = await session.wait_for("reconnected", 10)
+        ev = await session.wait_for("reconnected", timeout=10)
         assert ev.data["tier"] == "cold"
         sid = staging.live_sids[0]
         frames, level = await _energy_over(staging, sid, 30)

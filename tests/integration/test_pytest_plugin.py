@@ -217,12 +217,12 @@ def test_clean_sessions_pass_the_leak_check(pytester: pytest.Pytester) -> None:
 
         async def test_text(avatar_session):
             await avatar_session.speak("hello")
-            await avatar_session.wait_for("agent_turn_ended", 10)
+            await avatar_session.wait_for("agent_turn_ended", timeout=10)
 
         @pytest.mark.avatar_session(media=True)
         async def test_media(avatar_session):
             await avatar_session.speak("hello")
-            await avatar_session.wait_for("agent_turn_ended", 10)
+            await avatar_session.wait_for("agent_turn_ended", timeout=10)
         """,
     )
     result.assert_outcomes(passed=2)
@@ -316,7 +316,9 @@ async def test_expect_events_in_order_with_others_between(
     session = make_session()
     await session.connect()
     waiter = expect_events(
-        session, ["reconnecting", ("reconnected", {"tier": "socket", "recovered": True})], 5
+        session,
+        ["reconnecting", ("reconnected", {"tier": "socket", "recovered": True})],
+        timeout=5,
     )
     await staging.faults.drop_socket()
     events = await waiter

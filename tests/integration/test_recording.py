@@ -193,7 +193,7 @@ async def test_a_recording_across_a_downlink_stall_opens(
         for _ in range(3):
             mark = stv.frames["video"]
             assert await until(lambda m=mark: stv.frames["video"] >= m + 5, 10)
-            await staging.faults.media_stall("stv", 0.3)
+            await staging.faults.media_stall("stv", seconds=0.3)
             assert await until(lambda m=mark: stv.frames["video"] >= m + 15, 10)
         await recorder.stop()
     finally:
@@ -250,7 +250,7 @@ async def test_talk_record_leaves_a_file_that_opens_however_the_run_ends(
     await recording_under_way(staging, path)
     assert await until(user_turn_arrived(staging), 10)
     mark = staging.media.frames_sent
-    await staging.faults.media_stall("stv", 0.3)
+    await staging.faults.media_stall("stv", seconds=0.3)
     assert await until(lambda: staging.media.frames_sent >= mark + 10, 10)
     if ending == "ctrl_c":
         proc.send_signal(signal.SIGINT)

@@ -22,7 +22,7 @@ def _raw_text(i: int) -> dict[str, object]:
 async def _connected(make_session: SessionFactory) -> object:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     return session
 
 
@@ -31,7 +31,7 @@ async def test_same_pod_recovery_replays_gap_events_once_in_order_without_rejoin
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     sid_before = staging.live_sids[0]
     conv = staging.conversations[sid_before]
     seen: list[str] = []
@@ -42,7 +42,7 @@ async def test_same_pod_recovery_replays_gap_events_once_in_order_without_rejoin
     assert await staging.faults.drop_socket() == 1
     for i in range(20):  # emitted while the transport is down: buffered server-side
         await conv.emit(In.AGENT_RAW_TEXT, _raw_text(i))
-    ev = await session.wait_for("reconnected", 3)
+    ev = await session.wait_for("reconnected", timeout=3)
 
     assert ev.data["tier"] == "socket"
     assert ev.data["recovered"] is True
@@ -56,7 +56,7 @@ async def test_same_pod_recovery_replays_gap_events_once_in_order_without_rejoin
     assert session.stats()["reconnects"]["socket"] == 1
     # The session is fully usable afterwards.
     await session.speak("still there?")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert staging.received_events("onTextEntered")[-1].sid == sid_before
 
 
@@ -65,14 +65,14 @@ async def test_recovery_refused_falls_back_to_cold_reconnect_keeping_the_thread(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     thread = session.thread_id
     old_sid = staging.live_sids[0]
     tiers: list[tuple[str, object]] = []
     session.on("reconnecting", lambda e: tiers.append((e.data["tier"], e.data["attempt"])))
 
     await staging.faults.drop_socket(recovery=False)
-    ev = await session.wait_for("reconnected", 5)
+    ev = await session.wait_for("reconnected", timeout=5)
 
     assert ev.data == {"tier": "cold", "recovered": False, "duration": ev.data["duration"]}
     assert tiers[0][0] == "socket"
@@ -94,7 +94,7 @@ async def test_non_recoverable_disconnect_ends_with_that_reason(
     names: list[str] = []
     session.on("*", lambda e: names.append(e.name))
     await staging.faults.server_disconnect()
-    ended = await session.wait_for("ended", 2)
+    ended = await session.wait_for("ended", timeout=2)
     assert ended.data["reason"] == "io server disconnect"
     assert ended.data["code"] == "server_ended"
     assert "reconnecting" not in names
@@ -122,14 +122,14 @@ async def test_speak_during_cold_reconnect_is_held_and_delivered_once(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     staging.faults.latency(0.05)  # slows the new handshake so the turn is sent mid-recovery
     await staging.faults.drop_socket(recovery=False)
-    await session.wait_for("reconnecting", 2)
+    await session.wait_for("reconnecting", timeout=2)
     await session.speak("held turn")
     staging.faults.clear()
     assert session.state == "connected"
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     texts = [
         r.payload["text"] for r in staging.received_events("onTextEntered") if r.payload["text"]
     ]
@@ -146,7 +146,7 @@ async def test_held_turn_fails_clearly_when_the_session_ends(
     await session.connect()
     staging.faults.withhold("onServerConnected")  # every cold attempt now fails
     await staging.faults.drop_socket(recovery=False)
-    await session.wait_for("reconnecting", 2)
+    await session.wait_for("reconnecting", timeout=2)
     with pytest.raises(AvatarError):
         await asyncio.wait_for(session.speak("lost?"), 30)
     assert session.state in ("failed", "ended")
@@ -161,9 +161,9 @@ async def test_cold_reconnect_gives_up_after_its_budget(
     await session.connect()
     staging.faults.withhold("clientConfiguration")
     await staging.faults.drop_socket(recovery=False)
-    gave_up = await session.wait_for("gave_up", 10)
+    gave_up = await session.wait_for("gave_up", timeout=10)
     assert gave_up.data == {"tier": "cold", "attempts": 2, "code": "join_timeout"}
-    ended = await session.wait_for("ended", 2)
+    ended = await session.wait_for("ended", timeout=2)
     assert ended.data["reason"] == "gave_up"
     assert session.state == "failed"
     assert session.health().upstream == "failed"
@@ -177,27 +177,27 @@ async def test_silently_dead_socket_is_found_by_the_probe_and_recovered(
     cfg = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.3)
     session = make_session(config=cfg)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     conv = staging.conversations[staging.live_sids[0]]
     # The greeting is over (the server has nothing more to send) before the socket dies.
     assert await until(lambda: conv.turn_task is None or conv.turn_task.done(), 3)
     started = asyncio.get_running_loop().time()
     assert staging.faults.silent_socket() == 1
-    lost = await session.wait_for("reconnecting", HANG_GUARD)
+    lost = await session.wait_for("reconnecting", timeout=HANG_GUARD)
     detected = asyncio.get_running_loop().time() - started
     assert lost.data["reason"] == "ping timeout"
     # Found by the SDK's probe (it counts its detections), not by Engine.IO's heartbeat,
     # which would take the server's 25 + 20 s; the wall clock is only a hang guard.
     assert session.stats().get("dead_socket_detections") == 1
     assert detected < HANG_GUARD
-    ev = await session.wait_for("reconnected", 10)
+    ev = await session.wait_for("reconnected", timeout=10)
     # Like a server behind a dead NAT, staging never hears of the abort (no FIN reaches it)
     # and has not timed the socket out yet: the in-place offer is refused, the cold tier
     # takes over. tests/integration/test_silent_socket.py covers both server behaviours.
     assert ev.data["tier"] == "cold"
     assert session.state == "connected"
     await session.speak("still here")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
 
 
 async def test_probe_keeps_a_quiet_healthy_socket(

@@ -52,7 +52,7 @@ async def test_the_spiral_resend_waits_for_the_rebuilt_sessions_greeting(
     config = FAST.with_(tool_spiral_limit=3, hard_tool_spiral_limit=6)
     session = make_session(config=config)
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     old_sid = staging.live_sids[0]
     staging.speech_time_scale = SLOW_SPEECH
     ends = greeting_ends(staging, monkeypatch)
@@ -60,8 +60,8 @@ async def test_the_spiral_resend_waits_for_the_rebuilt_sessions_greeting(
     recovered = session.expect("spiral_recovered", timeout=10)
     answered = session.expect(
         "agent_turn_ended",
-        lambda e: SPIRAL_RECOVERY_PREFIX.strip()[:10] in (e.data["speech_id"] or ""),
-        15,
+        predicate=lambda e: SPIRAL_RECOVERY_PREFIX.strip()[:10] in (e.data["speech_id"] or ""),
+        timeout=15,
     )
     await session.speak("walk me through the guidance range")
     await recovered
@@ -79,7 +79,7 @@ async def test_a_turn_resent_after_a_cold_reconnect_waits_for_the_greeting(
 ) -> None:
     session = make_session(config=FAST.with_(turn_confirm_timeout=0.1))
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     old_sid = staging.live_sids[0]
     staging.conversations[old_sid].agent_down = True  # taken in, never answered: unconfirmed
     await session.speak("did you get this?")
@@ -88,7 +88,9 @@ async def test_a_turn_resent_after_a_cold_reconnect_waits_for_the_greeting(
     ends = greeting_ends(staging, monkeypatch)
     resent = session.expect("turn_resent", timeout=10)
     answered = session.expect(
-        "agent_turn_ended", lambda e: "did you get this" in (e.data["speech_id"] or ""), 15
+        "agent_turn_ended",
+        predicate=lambda e: "did you get this" in (e.data["speech_id"] or ""),
+        timeout=15,
     )
     assert await staging.faults.drop_socket(recovery=False) == 1
     assert (await resent).data == {"text": "did you get this?", "tier": "cold"}

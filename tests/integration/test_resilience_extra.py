@@ -26,9 +26,9 @@ async def test_journal_records_the_incident_without_secrets_or_content(
     session = make_session(journal=path)
     await session.connect()
     await session.speak("my private question")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     await staging.faults.drop_socket()
-    await session.wait_for("reconnected", 3)
+    await session.wait_for("reconnected", timeout=3)
     await session.close()
     text = path.read_text()
     lines = [json.loads(line) for line in text.splitlines()]
@@ -95,11 +95,11 @@ async def test_a_drop_during_the_cold_tier_is_survived(
     assert await until(lambda: session.state == "cold_reconnecting" and staging.live_sids, 2)
     await staging.faults.drop_socket(recovery=False)
     staging.faults.clear()
-    ev = await session.wait_for("reconnected", 10)
+    ev = await session.wait_for("reconnected", timeout=10)
     assert ev.data["tier"] == "cold"
     assert session.state == "connected"
     await session.speak("after two faults")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
 
 
 async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> None:
@@ -113,7 +113,7 @@ async def test_failed_session_leaves_nothing_behind(staging: StagingServer) -> N
     await session.connect()
     staging.faults.withhold("onServerConnected")
     await staging.faults.drop_socket(recovery=False)
-    await session.wait_for("ended", 10)
+    await session.wait_for("ended", timeout=10)
     assert session.state == "failed"
     assert await until(lambda: staging.live_sids == [], 2)
     assert sdk_tasks() == []

@@ -86,11 +86,13 @@ async def test_a_short_blackout_never_fails_the_session_and_the_turn_arrives_onc
     states: list[str] = []
     session.on("state_changed", lambda e: states.append(e.data["state"]))
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)  # the greeting is over
+    await session.wait_for("agent_turn_ended", timeout=3)  # the greeting is over
     text = f"spoken during a {seconds:g} s blackout"
     noticed = session.expect("reconnecting", timeout=3)
     answered = session.expect(
-        "agent_speech_started", lambda e: text in (e.data["speech_id"] or ""), seconds + 40
+        "agent_speech_started",
+        predicate=lambda e: text in (e.data["speech_id"] or ""),
+        timeout=seconds + 40,
     )
     assert await staging.faults.blackout(seconds) == 1
     await noticed

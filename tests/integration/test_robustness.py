@@ -25,14 +25,14 @@ async def test_malformed_event_is_a_protocol_error_and_the_session_goes_on(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     waiter = session.expect("protocol_error", timeout=2)
     await staging.faults.malformed(event)
     err = await waiter
     assert err.data["event"] == event
     assert session.state == "connected"
     await session.speak("are you ok?")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
 
 
 async def test_unknown_and_debug_events_are_tolerated(
@@ -46,7 +46,7 @@ async def test_unknown_and_debug_events_are_tolerated(
     await conv.emit("someFutureEvent", {"x": 1})
     await conv.emit(In.DEBUG_LLM_INPUT, {"userInput": "x"})
     await session.speak("hi")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert errors == []
 
 
@@ -66,7 +66,7 @@ async def test_a_raising_callback_is_isolated(
     errors: list[str] = []
     session.on("callback_error", lambda e: errors.append(e.data["event"]))
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     assert "agent_text" in errors
     assert "agent_speech_started" in errors
     assert session.state == "connected"
@@ -83,7 +83,7 @@ async def test_token_never_appears_in_logs_reprs_or_errors(
         await session.connect()
         await session.speak("hello")
         await staging.faults.drop_socket()
-        await session.wait_for("reconnected", 3)
+        await session.wait_for("reconnected", timeout=3)
         bad = make_session(token=staging.token + "x")
         with pytest.raises(AvatarError) as info:
             await bad.connect()
@@ -138,7 +138,7 @@ async def test_conversation_end_from_server(
     seen: list[str] = []
     session.on("*", lambda e: seen.append(e.name))
     await staging.faults.end_conversation()
-    ended = await session.wait_for("ended", 2)
+    ended = await session.wait_for("ended", timeout=2)
     assert ended.data["reason"] == "conversation_ended"
     assert ended.data["code"] == "server_ended"
     assert seen.index("time_expired") < seen.index("conversation_ended") < seen.index("ended")
@@ -164,7 +164,7 @@ async def test_agent_crash_fatal_fails_the_session(
     session = make_session()
     await session.connect()
     await staging.faults.agent_crash(recoverable=False)
-    ended = await session.wait_for("ended", 2)
+    ended = await session.wait_for("ended", timeout=2)
     assert ended.data["code"] == "agent_crashed"
     assert session.state == "failed"
 
@@ -179,7 +179,7 @@ async def test_pause_resume_and_mute(staging: StagingServer, make_session: Sessi
     assert session.state == "connected"
     session.mic_enabled = True
     await session.speak("done")
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     names = [r.event for r in staging.received]
     assert (
         names.index("muteUser")
@@ -220,7 +220,7 @@ async def test_turns_spoken_while_the_agent_restarts_are_held_then_delivered_in_
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     waiter = session.expect("session_error", timeout=2)
     await staging.faults.agent_crash(recoverable=True, restart_after=0.3)
     await waiter
@@ -256,7 +256,7 @@ async def test_junk_for_every_inbound_event_never_breaks_the_session(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     conv = staging.conversations[staging.live_sids[0]]
     details: list[str] = []
     session.on("protocol_error", lambda e: details.append(e.data["detail"]))
@@ -289,4 +289,4 @@ async def test_an_internal_handling_bug_is_reported_not_fatal(
     monkeypatch.undo()
     assert session.state == "connected"
     await session.speak("recovered")
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)

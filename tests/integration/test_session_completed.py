@@ -26,7 +26,7 @@ async def _greeted(make_session: SessionFactory, staging: StagingServer, **kw: A
     kw.setdefault("genie_url", staging.genie_url)
     session = make_session(**kw)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)  # the thread id rides the greeting
+    await session.wait_for("agent_turn_ended", timeout=3)  # the thread id rides the greeting
     assert session.thread_id is not None
     return session
 
@@ -54,7 +54,7 @@ async def test_leaving_async_with_sends_it(staging: StagingServer) -> None:
         allow_insecure_transport=True,
         config=FAST,
     ) as session:
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
     assert staging.completed_threads == [session.thread_id]
 
 
@@ -69,7 +69,7 @@ async def test_a_full_fault_tour_sends_nothing_until_the_real_end(staging: Stagi
     )
     try:
         await session.connect()
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
         waiter = session.expect("reconnected", timeout=5)
         await staging.faults.drop_socket()  # socket tier
         await waiter
@@ -96,7 +96,7 @@ async def test_server_ended_conversation_is_not_completed_by_default(
 ) -> None:
     session = await _greeted(make_session, staging)
     await staging.faults.end_conversation()
-    await session.wait_for("ended", 3)
+    await session.wait_for("ended", timeout=3)
     await session.close()
     assert staging.completed_threads == []
 
@@ -106,7 +106,7 @@ async def test_complete_on_server_end_opt_in(
 ) -> None:
     session = await _greeted(make_session, staging, config=FAST.with_(complete_on_server_end=True))
     await staging.faults.end_conversation()
-    await session.wait_for("ended", 3)
+    await session.wait_for("ended", timeout=3)
     assert staging.completed_threads == [session.thread_id]
 
 
@@ -115,7 +115,7 @@ async def test_a_fatal_end_is_not_a_completion(
 ) -> None:
     session = await _greeted(make_session, staging)
     await staging.faults.agent_crash(recoverable=False)
-    await session.wait_for("ended", 3)
+    await session.wait_for("ended", timeout=3)
     await session.close()
     assert staging.completed_threads == []
 
@@ -139,7 +139,7 @@ async def test_idle_timeout_ends_and_completes(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
     session = await _greeted(make_session, staging, config=FAST.with_(idle_timeout=0.5))
-    ended = await session.wait_for("ended", 3)
+    ended = await session.wait_for("ended", timeout=3)
     assert ended.data["reason"] == "idle_timeout"
     assert staging.completed_threads == [session.thread_id]
 
@@ -206,7 +206,7 @@ async def test_spiral_across_an_idle_wake_up_turn_still_trips_the_hard_tier(
     await session.speak("navigate for me")
     assert (await waiter).data["count"] == 6
     assert len(detected) == 2  # the soft tier signals once in each of the two turns
-    await session.wait_for("reconnected", 5)
+    await session.wait_for("reconnected", timeout=5)
 
 
 async def test_respond_to_tool_acknowledges_a_waiting_call(

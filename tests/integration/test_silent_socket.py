@@ -143,7 +143,7 @@ async def _answers_after_recovery(
     assert session.state == "connected"
     assert len(staging.received_events("checkAvailability")) > probes
     await session.speak("are you still there?")
-    await session.wait_for("agent_turn_ended", 5)
+    await session.wait_for("agent_turn_ended", timeout=5)
     assert session.state == "connected"
     assert [e.data for e in seen if e.name == "ended"] == []
 
@@ -153,15 +153,15 @@ async def test_silent_socket_timed_out_by_the_server_recovers_in_place_and_stays
 ) -> None:
     session = make_session(config=PROBING)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     sid = staging.live_sids[0]
     seen: list[Event] = []
     session.on("*", seen.append)
 
     assert staging.faults.silent_socket(server_timeout=0.2) == 1
-    lost = await session.wait_for("reconnecting", 5)
+    lost = await session.wait_for("reconnecting", timeout=5)
     assert lost.data["reason"] == "ping timeout"
-    ev = await session.wait_for("reconnected", 5)
+    ev = await session.wait_for("reconnected", timeout=5)
     assert ev.data["tier"] == "socket"
     assert ev.data["recovered"] is True
     await _answers_after_recovery(staging, session, seen)
@@ -176,13 +176,13 @@ async def test_silent_socket_never_timed_out_by_the_server_goes_cold_and_stays_u
 ) -> None:
     session = make_session(config=PROBING)
     await session.connect()
-    await session.wait_for("agent_turn_ended", 2)
+    await session.wait_for("agent_turn_ended", timeout=2)
     thread = session.thread_id
     seen: list[Event] = []
     session.on("*", seen.append)
 
     assert staging.faults.silent_socket() == 1
-    ev = await session.wait_for("reconnected", 10)
+    ev = await session.wait_for("reconnected", timeout=10)
     assert ev.data["tier"] == "cold"
     assert ev.data["recovered"] is False
     assert staging.sio.refused_recoveries >= 1  # the in-place offer came too early

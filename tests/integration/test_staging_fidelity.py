@@ -156,7 +156,7 @@ async def test_fused_calls_are_each_dispatched_once_with_their_own_name_and_args
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     calls: list[tuple[str, dict[str, Any]]] = []
     for name in ("highlight_chart", "note_down", "open_filing"):
         session.on_tool_call(name, lambda args, call: calls.append((call["name"], args)))
@@ -174,7 +174,9 @@ async def test_fused_calls_are_each_dispatched_once_with_their_own_name_and_args
         then="Opened.",
         fused=True,
     )
-    done = session.expect("agent_turn_ended", lambda e: "open it" in (e.data["speech_id"] or ""), 3)
+    done = session.expect(
+        "agent_turn_ended", predicate=lambda e: "open it" in (e.data["speech_id"] or ""), timeout=3
+    )
     await session.speak("open it")
     await done
     # What the service sends: one segment carrying every blob, named after the last tool;
@@ -203,7 +205,9 @@ async def test_a_raw_fused_segment_scripted_over_http_echoes_every_call(
     async with StagingServer(control_api=True) as staging:
         session = make_session(url=staging.url, token=staging.token)
         await session.connect()
-        await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+        await session.wait_for(
+            "agent_talking", timeout=3, predicate=lambda e: not e.data["talking"]
+        )
         calls: list[tuple[str, dict[str, Any]]] = []
         for name in ("unnamed_1", "open_filing"):
             session.on_tool_call(name, lambda args, call: calls.append((call["name"], args)))
@@ -218,7 +222,9 @@ async def test_a_raw_fused_segment_scripted_over_http_echoes_every_call(
         url = f"{staging.url}/_control/brain/tool_calls"
         async with aiohttp.ClientSession() as http, http.post(url, json=body) as answer:
             assert answer.status == 200
-        done = session.expect("agent_turn_ended", lambda e: "open" in e.data["speech_id"], 3)
+        done = session.expect(
+            "agent_turn_ended", predicate=lambda e: "open" in e.data["speech_id"], timeout=3
+        )
         await session.speak("open it")
         await done
         assert echoes == ["unnamed_1 responded with size 2", "open_filing responded with size 2"]
@@ -333,12 +339,12 @@ async def test_a_cut_mid_speech_reports_the_words_spoken_before_it(
     the answer is one caption chunk or several."""
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     staging.speech_time_scale = 4.0  # a word lasts 0.4 s
     sent = record_agent_content(staging, monkeypatch)
     answer = " ".join(f"word{i}" for i in range(words))
     staging.brain.reply(answer)
-    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    talking = session.expect("agent_talking", predicate=lambda e: e.data["talking"], timeout=3)
     await session.speak("tell me")
     await talking
     assert await until(lambda: spoken_words(staging).count(" ") >= 1, 5)  # two words said
@@ -361,7 +367,9 @@ async def test_the_sdk_holds_a_turn_typed_during_the_greeting_until_it_ends(
     staging.brain.reply("Held, then answered.")
     await session.connect()
     answered = session.expect(
-        "agent_turn_ended", lambda e: "typed early" in (e.data["speech_id"] or ""), 3
+        "agent_turn_ended",
+        predicate=lambda e: "typed early" in (e.data["speech_id"] or ""),
+        timeout=3,
     )
     await session.speak("typed early")  # the greeting has just been approved
     await answered
@@ -379,7 +387,7 @@ async def test_turns_typed_during_the_greeting_go_as_one(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_speech_started", 2)  # the greeting is on
+    await session.wait_for("agent_speech_started", timeout=2)  # the greeting is on
     await asyncio.wait_for(asyncio.gather(session.speak("first"), session.speak("second")), 3)
     conv = staging.conversations[staging.live_sids[0]]
     assert await until(lambda: conv.user_turns == ["first\nsecond"], 2)
@@ -446,11 +454,13 @@ async def test_the_sdk_reports_the_user_transcription_of_a_voice_turn(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     heard = session.expect("user_transcription", timeout=3)
     started = session.expect("user_started_talking", timeout=3)
     answered = session.expect(
-        "agent_turn_ended", lambda e: "book a table" in (e.data["speech_id"] or ""), 3
+        "agent_turn_ended",
+        predicate=lambda e: "book a table" in (e.data["speech_id"] or ""),
+        timeout=3,
     )
     await staging.brain.voice_turn("book a table")
     await started
@@ -466,7 +476,7 @@ async def test_a_voice_turn_confirms_the_turns_sent_before_it(
     before it reached the server (the turn ledger will never resend them)."""
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     conv = staging.conversations[staging.live_sids[0]]
     conv.agent_down = True  # the server takes the typed turn in and nothing answers it
     await session.speak("did you get this?")
@@ -485,9 +495,9 @@ async def test_a_voice_turn_barges_in_on_a_talking_avatar(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     staging.brain.reply(" ".join(f"word{i}" for i in range(60)))
-    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    talking = session.expect("agent_talking", predicate=lambda e: e.data["talking"], timeout=3)
     await session.speak("tell me a long story")
     await talking
     interrupted = session.expect("agent_interrupted", timeout=3)
@@ -502,13 +512,13 @@ async def test_a_voice_turn_during_the_greeting_is_dropped(
 ) -> None:
     session = make_session()
     await session.connect()
-    await session.wait_for("agent_speech_started", 2)
+    await session.wait_for("agent_speech_started", timeout=2)
     onset = session.expect("user_started_talking", timeout=3)
     await staging.brain.voice_turn("too early")
     await onset  # the server's VAD heard it...
     conv = staging.conversations[staging.live_sids[0]]
     assert conv.dropped_turns == ["too early"]  # ...and the uninterruptible greeting went on
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     assert conv.voice_turns == []
 
 
@@ -517,7 +527,7 @@ async def test_a_spiral_started_by_a_voice_turn_resends_the_transcription(
 ) -> None:
     session = make_session(config=GUARDED)
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     staging.brain.tool_calls(['navigate_to_slide {"slide": 1}'] * 7)
     recovering = session.expect("tool_spiral_recovering", timeout=3)
     recovered = session.expect("spiral_recovered", timeout=8)
@@ -596,11 +606,15 @@ async def test_a_burst_of_real_uplink_audio_then_silence_is_a_voice_turn(
     session.mic_enabled = False  # silence until the greeting is over
     try:
         await session.connect()
-        await session.wait_for("agent_talking", 5, lambda e: not e.data["talking"])
+        await session.wait_for(
+            "agent_talking", timeout=5, predicate=lambda e: not e.data["talking"]
+        )
         onset = session.expect("user_started_talking", timeout=5)
         heard = session.expect("user_transcription", timeout=8)
         answered = session.expect(
-            "agent_turn_ended", lambda e: "microphone" in (e.data["speech_id"] or ""), 8
+            "agent_turn_ended",
+            predicate=lambda e: "microphone" in (e.data["speech_id"] or ""),
+            timeout=8,
         )
         session.mic_enabled = True  # the user talks (a 0.3-amplitude tone)...
         await onset

@@ -114,7 +114,7 @@ async def test_a_silent_death_right_after_a_media_recovery_is_recovered_fast(
         lanes = _lanes(session)
         first_peer = lanes.asr
         recovered = session.expect(
-            "media_recovered", lambda e: e.data["channel"] == "asr", timeout=BOUND
+            "media_recovered", predicate=lambda e: e.data["channel"] == "asr", timeout=BOUND
         )
         await staging.faults.ice_failure("asr")  # closed: the client sees it at once
         await recovered

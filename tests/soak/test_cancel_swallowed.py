@@ -55,7 +55,7 @@ async def test_close_right_after_a_probe_answer_stops_every_task_at_once(
     )
     try:
         await session.connect()
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
         answered = session.expect("capacity_changed", timeout=3)
         session.notify_network_change()  # the watchdog probes at its next tick
         await answered  # resolved with the probe's own waiter, in the same loop iteration
@@ -72,7 +72,7 @@ async def test_close_right_after_the_answer_starts_stops_every_task_at_once(
     )
     try:
         await session.connect()
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
         started = session.expect("agent_speech_started", timeout=3)
         await session.speak("hello")
         await started  # agentStartSpeech re-armed the brain watchdog in this same iteration

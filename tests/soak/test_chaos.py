@@ -142,7 +142,9 @@ class Tour:
     def expect_recovery(self) -> asyncio.Future[Event]:
         """The next recovery of the control socket (the socket or the cold tier)."""
         waiter = self.session.expect(
-            "reconnected", lambda e: e.data["tier"] in ("socket", "cold"), RECOVERY
+            "reconnected",
+            predicate=lambda e: e.data["tier"] in ("socket", "cold"),
+            timeout=RECOVERY,
         )
         return asyncio.ensure_future(waiter.wait())
 
@@ -191,7 +193,9 @@ class Tour:
             # Silent: often before the probe notices, sometimes while it recovers, or after.
             spread = 1.5 if fault.startswith("silent") else 0.3
             await asyncio.sleep(self.rng.uniform(0.0, spread))
-        resent = self.session.expect("turn_resent", lambda e: e.data["text"] == text, ANSWER)
+        resent = self.session.expect(
+            "turn_resent", predicate=lambda e: e.data["text"] == text, timeout=ANSWER
+        )
         try:
             await self.turn(text, where, recovery=(recovery, fault))
             if into_dead_socket:
@@ -212,7 +216,9 @@ class Tour:
         session = self.session
         self.texts.append(text)
         answered = session.expect(
-            "agent_turn_ended", lambda e: _spoken_payload(e.data.get("speech_id")) == text, ANSWER
+            "agent_turn_ended",
+            predicate=lambda e: _spoken_payload(e.data.get("speech_id")) == text,
+            timeout=ANSWER,
         )
         self.note(f"-- speak {text!r} in {session.state}")
         await asyncio.wait_for(session.speak(text), ANSWER)
@@ -226,7 +232,9 @@ class Tour:
         """Pause; maybe lose the control socket while paused (the recovery must come back
         to ``paused``, with the server session paused too); resume."""
         session = self.session
-        paused = session.expect("state_changed", lambda e: e.data["state"] == "paused", RECOVERY)
+        paused = session.expect(
+            "state_changed", predicate=lambda e: e.data["state"] == "paused", timeout=RECOVERY
+        )
         self.note(f"-- pause in {session.state}")
         await session.pause()
         if session.state == "recovering_media":

@@ -54,9 +54,11 @@ async def test_close_as_a_cold_reconnect_starts_releases_the_replaced_link(
     )
     try:
         await session.connect()
-        await session.wait_for("agent_turn_ended", 5)
+        await session.wait_for("agent_turn_ended", timeout=5)
         assert http_sessions  # the link's own HTTP clients (socket, WHEP)
-        cold = session.expect("reconnecting", lambda e: e.data["tier"] == "cold", 5)
+        cold = session.expect(
+            "reconnecting", predicate=lambda e: e.data["tier"] == "cold", timeout=5
+        )
         await staging.faults.drop_socket(recovery=False)
         await cold  # the cold attempt is closing the replaced link right now
     finally:

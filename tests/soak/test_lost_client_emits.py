@@ -60,7 +60,9 @@ async def test_approval_swallowed_by_a_dropped_socket_is_applied_after_in_place_
     assert (await recovered).data["tier"] == "socket"
     sid = staging.live_sids[0]
     answered = session.expect(
-        "agent_speech_started", lambda e: "anyone there" in str(e.data["speech_id"]), 5
+        "agent_speech_started",
+        predicate=lambda e: "anyone there" in str(e.data["speech_id"]),
+        timeout=5,
     )
     await session.speak("anyone there")
     await answered  # never: the server session, never approved, drops every turn
@@ -71,7 +73,9 @@ async def test_pause_written_into_a_silent_socket_holds_on_the_server_after_in_p
     staging: StagingServer, session: AvatarSession
 ) -> None:
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)  # greeting done: the server read the approval
+    await session.wait_for(
+        "agent_turn_ended", timeout=3
+    )  # greeting done: the server read the approval
     sid = staging.live_sids[0]
     recovered = session.expect("reconnected", timeout=10)
     assert staging.faults.silent_socket(server_timeout=SERVER_TIMEOUT) == 1
@@ -86,7 +90,7 @@ async def test_resume_written_into_a_silent_socket_holds_on_the_server_after_in_
     staging: StagingServer, session: AvatarSession
 ) -> None:
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     sid = staging.live_sids[0]
     await session.pause()
     read = session.expect("capacity_changed", timeout=3)
@@ -105,7 +109,7 @@ async def test_mute_written_into_a_silent_socket_holds_on_the_server_after_in_pl
     staging: StagingServer, session: AvatarSession
 ) -> None:
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     sid = staging.live_sids[0]
     recovered = session.expect("reconnected", timeout=10)
     assert staging.faults.silent_socket(server_timeout=SERVER_TIMEOUT) == 1

@@ -17,7 +17,7 @@ per attempt, ``max_media_recoveries`` attempts):
   session went cold, before the client's probe had even noticed the silenced socket.
 
 Deterministic: the old link's STV recovery is pinned on a peer that can never connect
-(``stuck_ice("stv", "no_candidates")`` when it re-subscribes) for ``media_recovery_timeout``
+(``stuck_ice("stv", mode="no_candidates")`` when it re-subscribes) for ``media_recovery_timeout``
 (its attempts also emit ``media_recovering`` on the new link, where nothing is recovering).
 Fixed: a link's recoveries are tasks of that link's scope, cancelled and awaited when a
 cold attempt retires it (``LinkSlot.retire``), and a failed recovery escalates only while
@@ -47,15 +47,19 @@ async def _cold_reconnect_during_a_pinned_stv_recovery(staging: StagingServer) -
         staging.url, staging.token, audio=ToneSource(), allow_insecure_transport=True, config=PINNED
     )
     await session.connect()
-    await session.wait_for("agent_turn_ended", 5)
-    staging.faults.stuck_ice("stv", "no_candidates")  # the re-subscription never connects
+    await session.wait_for("agent_turn_ended", timeout=5)
+    staging.faults.stuck_ice("stv", mode="no_candidates")  # the re-subscription never connects
     answered = len(staging.media.whep_statuses)
-    pinned = session.expect("media_recovering", lambda e: e.data["channel"] == "stv", 5)
+    pinned = session.expect(
+        "media_recovering", predicate=lambda e: e.data["channel"] == "stv", timeout=5
+    )
     await staging.faults.ice_failure("stv")
     await pinned
     await _whep_answered(staging, answered)  # stuck for good: answered with no candidates
     staging.faults.clear()  # peers made from now on are healthy (the pinned one is not)
-    rebuilt = session.expect("reconnected", lambda e: e.data["tier"] == "cold", 10)
+    rebuilt = session.expect(
+        "reconnected", predicate=lambda e: e.data["tier"] == "cold", timeout=10
+    )
     await staging.faults.drop_socket(recovery=False)  # the socket is lost for good: cold
     await rebuilt
     assert session.state == "connected"
@@ -87,8 +91,8 @@ async def test_after_a_cold_reconnect_the_new_downlink_is_watched(staging: Stagi
         # media_stall_timeout (2 s), long before the old link's attempt ends (8 s).
         noticed = session.expect(
             "media_recovering",
-            lambda e: e.data["channel"] == "stv",
-            PINNED.media_stall_timeout + 1.5,
+            predicate=lambda e: e.data["channel"] == "stv",
+            timeout=PINNED.media_stall_timeout + 1.5,
         )
         await staging.faults.media_stall("stv", seconds=30.0)
         await noticed  # today: never, while the old link's task holds the "stv" slot
@@ -107,7 +111,9 @@ async def test_a_replaced_links_failed_recovery_does_not_rebuild_the_new_one(
         # until the fault clears): the machine is in recovering_media.
         staging.faults.stuck_ice("asr", "no_answer")
         offers = len(staging.received_events("asr-webrtc-offer"))
-        uplink = session.expect("media_recovering", lambda e: e.data["channel"] == "asr", 5)
+        uplink = session.expect(
+            "media_recovering", predicate=lambda e: e.data["channel"] == "asr", timeout=5
+        )
         await staging.faults.ice_failure("asr")
         await uplink
         await _offer_dropped(staging, offers)
@@ -115,10 +121,16 @@ async def test_a_replaced_links_failed_recovery_does_not_rebuild_the_new_one(
         # attempt 2 will be answered. The old link's STV attempt 1 ends before (8 s from
         # its start, earlier), and its attempt 2 fails "closed" at once.
         staging.faults.clear()
-        rebuilt = session.expect("reconnected", lambda e: e.data["tier"] == "cold", 40)
+        rebuilt = session.expect(
+            "reconnected", predicate=lambda e: e.data["tier"] == "cold", timeout=40
+        )
         outcome += [
-            session.expect("media_recovered", lambda e: e.data["channel"] == "asr", 30),
-            session.expect("reconnecting", lambda e: e.data["tier"] == "cold", 30),
+            session.expect(
+                "media_recovered", predicate=lambda e: e.data["channel"] == "asr", timeout=30
+            ),
+            session.expect(
+                "reconnecting", predicate=lambda e: e.data["tier"] == "cold", timeout=30
+            ),
             rebuilt,
         ]
         done, _ = await asyncio.wait(

@@ -53,7 +53,7 @@ async def _second_turn_into_a_dead_socket(
     the server stopped reading; the socket is recovered in place; ``second`` must be
     answered (resent once, as the server never read it)."""
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)  # the greeting
+    await session.wait_for("agent_turn_ended", timeout=3)  # the greeting
     staging.brain.stall(STALL)
     await session.speak(first)
     read = session.expect("capacity_changed", timeout=3)
@@ -62,7 +62,9 @@ async def _second_turn_into_a_dead_socket(
     assert [e.payload["text"] for e in staging.received_events("onTextEntered")][-1] == first
     recovered = session.expect("reconnected", timeout=10)
     answered = session.expect(
-        "agent_speech_started", lambda e: str(e.data["speech_id"]).endswith(second), 10
+        "agent_speech_started",
+        predicate=lambda e: str(e.data["speech_id"]).endswith(second),
+        timeout=10,
     )
     assert staging.faults.silent_socket(server_timeout=0.2) == 1
     await session.speak(second)  # the client has not noticed: into the dead socket

@@ -273,7 +273,7 @@ def test_brain_tool_spiral_script() -> None:
     assert sum(1 for d in tools if d["type"] == "tool") == 7
     assert not any(e == "generatingSpeech" for e, _ in events)  # no spoken text
 
-    brain.tool_spiral(3, "open_filing", identical=True)
+    brain.tool_spiral(3, name="open_filing", identical=True)
     same = brain.next_plan("again")
     assert same.tool_calls == ['open_filing {"slide": 1}'] * 3 and same.turn_splits == ()
     # turn_events of an unrelated list never inherits the splits.

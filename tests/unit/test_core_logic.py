@@ -184,7 +184,7 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
     errors: list[str] = []
     bus.on("callback_error", lambda e: errors.append(e.data["event"]))
     unsubscribe = bus.on("x", lambda e: seen.append("second"))
-    waiter = bus.wait_for("x", 1)  # registered now, awaited below
+    waiter = bus.wait_for("x", timeout=1)  # registered now, awaited below
     bus.emit("x", {"v": "a"})
     unsubscribe()
     bus.emit("x", {"v": "b"})
@@ -192,7 +192,7 @@ async def test_event_bus_isolates_callbacks_and_serves_iterators_and_waiters() -
     assert errors == ["x", "x"]
     assert (await waiter).data == {"v": "a"}
     with pytest.raises(TimeoutError):
-        await bus.wait_for("never", 0.01)
+        await bus.wait_for("never", timeout=0.01)
 
     async def collect(stream: EventStream) -> list[str]:
         return [e.name async for e in stream]
