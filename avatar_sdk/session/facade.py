@@ -347,8 +347,9 @@ class AvatarSession(EventSource):
     async def speak(self, text: str) -> None:
         """Send a user text turn (a barge-in marker first, as a real client does).
 
-        The text is cut to the protocol's 8,000 characters and stripped of control
-        characters (``wire.clamp_text``); an empty text raises ``invalid_argument``.
+        Control characters are stripped; a text longer than 8,000 characters
+        (``avatar_sdk.wire.MAX_TEXT``) is refused with ``invalid_argument`` before anything
+        is sent, never cut (split it into several turns), as is an empty one.
 
         During a recovery the turn is held and delivered once the session is usable again;
         if the session ends instead, this raises ``AvatarError``. A turn the server has not

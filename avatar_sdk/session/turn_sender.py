@@ -26,6 +26,7 @@ from ..guards.brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from ..lifecycle.completion import IdleTimer
 from ..logs import sdk_logger
 from ..wire import (
+    MAX_TEXT,
     AgentInterrupted,
     AgentStartSpeech,
     AskPermissions,
@@ -41,6 +42,37 @@ from ..wire import (
 from .machine import SessionMachine
 from .stats import SessionStats
 from .turns import TurnGate, TurnLedger
+
+
+def turn_text(text: str) -> str:
+    """``text`` as a user turn goes out: control characters stripped, and refused
+    (``invalid_argument``) if longer than :data:`~avatar_sdk.wire.MAX_TEXT` characters,
+    never cut: a question cut at 8,000 characters is answered as if it were whole."""
+    cleaned = clamp_text(text, len(text))  # strips only: the limit is checked, not applied
+    if len(cleaned) > MAX_TEXT:
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"text is {len(cleaned)} characters; a turn carries at most {MAX_TEXT}"
+            " (split it into several speak() calls)",
+        )
+    return cleaned
+
+
+def _joinable(
+    held: list[tuple[str, asyncio.Future[None]]],
+) -> list[list[tuple[str, asyncio.Future[None]]]]:
+    """Held turns in spoken order, grouped so that each group joined by newlines fits in
+    one turn."""
+    groups: list[list[tuple[str, asyncio.Future[None]]]] = []
+    size = 0
+    for item in held:
+        if groups and size + 1 + len(item[0]) <= MAX_TEXT:
+            groups[-1].append(item)
+            size += 1 + len(item[0])
+        else:
+            groups.append([item])
+            size = len(item[0])
+    return groups
 
 
 class Sends(Protocol):
@@ -94,7 +126,7 @@ class TurnDesk:
         """A user turn: sent now, or held until the session is usable again."""
         if not isinstance(text, str) or not text.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
-        text = clamp_text(text)
+        text = turn_text(text)
         m = self._machine
         if self._usable() and self.gate.phase == "open":
             try:
@@ -272,18 +304,25 @@ class TurnDesk:
         if self.gate.phase != "open":
             return  # the uninterruptible turn's closing events flush them (observe_turn)
         if join and len(self._held) > 1 and m.may_send_turn:
-            batch = list(self._held)
+            # Joined only as far as the turn limit allows, never cut: the rest go as
+            # further turns (each text is within the limit, speak() refused longer ones).
+            batches = _joinable(list(self._held))
             self._held.clear()
-            try:
-                await self._send_turn(clamp_text("\n".join(text for text, _ in batch)))
-            except AvatarError as error:
+            for batch in batches:
+                error: AvatarError | None = None
+                if m.may_send_turn:
+                    try:
+                        await self._send_turn("\n".join(text for text, _ in batch))
+                    except AvatarError as failed:
+                        error = failed
+                else:
+                    error = AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {m.state}")
                 for _, fut in batch:
                     if not fut.done():
-                        fut.set_exception(error)
-                return
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
+                        if error is None:
+                            fut.set_result(None)
+                        else:
+                            fut.set_exception(error)
             return
         while self._held and m.may_send_turn:
             text, fut = self._held.popleft()
