@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import AUDIO_CODECS, AudioCodec
 from ..errors import AvatarError, ErrorCode
-from ..urls import check_url
+from ..urls import UrlKind, check_url
 
 if TYPE_CHECKING:
     from ..config import SessionConfig
@@ -110,7 +110,8 @@ class SessionSpec:
         for name in ("url", "genie_url", "control_url"):
             value = getattr(self, name)
             if value is not None:  # the URL is never echoed: it may carry a credential
-                check_url(value, allow_insecure=insecure, what=f"SessionSpec.{name}")
+                kind: UrlKind = "socket" if name == "url" else "http"
+                check_url(value, allow_insecure=insecure, what=f"SessionSpec.{name}", kind=kind)
 
     def session_config(self) -> SessionConfig | None:
         """The ``SessionConfig`` these keyword arguments make (None: the defaults)."""

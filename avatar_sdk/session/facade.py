@@ -75,11 +75,12 @@ class AvatarSession(EventSource):
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
-        :param url: the conversation backend's base URL, ``https://host[:port]``.
+        :param url: the conversation backend's base URL, ``https://host[:port]`` (or
+            ``wss://``: a Socket.IO server is reached from either).
         :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
             genie calls, never logged or shown in a repr.
-        :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
-            (None: neither is sent).
+        :param genie_url: HTTP API base (``https://``) for tool acknowledgements and
+            ``session_completed`` (None: neither is sent).
         :param partner_id: the partner id the backend expects in the connection query.
         :param thread_id: continue an earlier conversation's memory; replayed on every join.
         :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
@@ -105,7 +106,7 @@ class AvatarSession(EventSource):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
         register_secret(token)
         insecure = allow_insecure_transport
-        self._url = check_url(url, allow_insecure=insecure, what="url")
+        self._url = check_url(url, allow_insecure=insecure, what="url", kind="socket")
         genie = genie_url and check_url(genie_url, allow_insecure=insecure, what="genie_url")
         tls = client_context(ssl, ca_file, allow_insecure=insecure)
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):

@@ -290,3 +290,14 @@ async def test_an_internal_handling_bug_is_reported_not_fatal(
     assert session.state == "connected"
     await session.speak("recovered")
     await session.wait_for("agent_turn_ended", timeout=3)
+
+
+async def test_a_ws_url_reaches_the_backend_as_http_does(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    """The backend URL may be written ws(s):// (python-socketio reaches a Socket.IO server
+    from either); the messages say so (tests/unit/test_urls.py)."""
+    session = make_session(url=staging.url.replace("http://", "ws://", 1))
+    await session.connect()
+    await session.wait_for("agent_turn_ended", timeout=3)
+    assert session.state == "connected"
