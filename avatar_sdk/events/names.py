@@ -22,6 +22,7 @@ class EventName(StrEnum):
     # Connectivity
     STATE_CHANGED = "state_changed"
     CONNECTED = "connected"
+    CONNECT_RETRYING = "connect_retrying"
     RECONNECTING = "reconnecting"
     RECONNECTED = "reconnected"
     MEDIA_RECOVERING = "media_recovering"
@@ -81,6 +82,16 @@ class ConnectedPayload(TypedDict):
 
     thread_id: str | None
     duration: float  # connect() to usable
+
+
+class ConnectRetryingPayload(TypedDict):
+    """A first-connect attempt failed and ``connect(retry=...)`` tries again after
+    ``retry_in`` seconds, on a fresh socket (the failed attempt's is closed)."""
+
+    attempt: int  # the attempt that failed (1: the first)
+    max_attempts: int
+    code: str  # its error code, e.g. "transport_closed", "unreachable", "join_timeout"
+    retry_in: float
 
 
 class ReconnectingPayload(TypedDict):
@@ -382,6 +393,7 @@ class RetryBudgetResetPayload(TypedDict):
 PAYLOADS: Final[dict[EventName, type]] = {
     EventName.STATE_CHANGED: StateChangedPayload,
     EventName.CONNECTED: ConnectedPayload,
+    EventName.CONNECT_RETRYING: ConnectRetryingPayload,
     EventName.RECONNECTING: ReconnectingPayload,
     EventName.RECONNECTED: ReconnectedPayload,
     EventName.MEDIA_RECOVERING: MediaRecoveringPayload,

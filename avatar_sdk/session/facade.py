@@ -17,7 +17,7 @@ from ssl import SSLContext
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..config import AUDIO_CODECS, AudioCodec, SessionConfig
+from ..config import AUDIO_CODECS, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..events.bus import EventSource
 from ..events.journal import Journal
@@ -276,19 +276,30 @@ class AvatarSession(EventSource):
         await self.close()
 
     # -- connect --------------------------------------------------------------------------
-    async def connect(self) -> None:
+    async def connect(self, *, retry: RetryPolicy | None = None) -> None:
         """Run the connect sequence; raises ``AvatarError`` (state ``failed``) on failure.
 
-        Bounded by ``config.overall_connect_timeout``. Cancelling it tears everything down
-        within ``config.close_timeout``.
+        Each attempt is bounded by ``config.overall_connect_timeout``. Cancelling it tears
+        everything down within ``config.close_timeout``.
+
+        ``retry``: a ``RetryPolicy`` for the first connect (default None: one attempt). An
+        attempt that fails with a retryable error (``unreachable``, ``transport_closed``,
+        a step's timeout) is tried again on a fresh socket after the policy's backoff, at
+        most ``retry.max_attempts`` attempts in all, each announced by a
+        ``connect_retrying`` event; a non-retryable one (``auth_failed``,
+        ``tier_exceeded``, ...) or the last attempt's error is raised. Only
+        ``max_attempts`` and the backoff fields (``initial``, ``base``, ``cap``,
+        ``jitter``) apply here.
         """
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
         self._connect_task = asyncio.current_task()
         started = self._clock.monotonic()
         self._machine.fire("start")
         try:
-            await self._recovery.admit(self._machine.fire)
+            await self._recovery.admit(self._machine.fire, retry)
             self._machine.fire("approved")
         except asyncio.CancelledError:
             task = asyncio.current_task()

@@ -105,6 +105,8 @@ TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     # capacity: wait, then a fresh socket and a new join
     ("capacity_unavailable", ["connecting", "cold_reconnecting"], "queued"),
     ("retry", "queued", "connecting/socket"),
+    # connect(retry=...): a failed first-connect attempt, tried again on a fresh socket
+    ("connect_retry", "connecting", "connecting/socket"),
     # tier 1: socket-transport recovery (connection-state recovery, no re-join)
     ("transport_lost", list(LINK_UP), "reconnecting"),
     ("transport_lost", "reconnecting", "reconnecting"),

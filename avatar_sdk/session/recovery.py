@@ -17,10 +17,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from ..clock import Clock
-from ..config import SessionConfig
+from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError, Category, ErrorCode
 from ..logs import sdk_logger
 from .handshake import Deadline
@@ -110,10 +110,72 @@ class RecoveryController:
         self._machine.note_cause(error)
 
     # -- admission: the first connect, queued while there is no capacity ------------------
-    async def admit(self, advance: Callable[[str], None]) -> None:
-        """The connect sequence, waiting in ``queued`` while the backend has no capacity
+    async def admit(self, advance: Callable[[str], None], retry: RetryPolicy | None = None) -> None:
+        """The first connect: :meth:`_admit_once`, and with a ``retry`` policy, again after
+        a failed attempt whose error is retryable (``connect(retry=...)``).
+
+        A retry waits ``retry.delay(n)`` (``initial``, then exponential with the policy's
+        jitter, capped), at most ``retry.max_attempts`` attempts in all; each starts on a
+        fresh link, the failed one closed first, and is announced (``connect_retrying``).
+        Not retried: a non-retryable code (``auth_failed``, ``tier_exceeded``, ...) and
+        ``capacity_unavailable``, which has already waited ``capacity_max_wait``."""
+        if retry is None:
+            await self._admit_once(advance)
+            return
+        clock, m = self._clock, self._machine
+
+        def retryable(exc: BaseException) -> bool:
+            return (
+                isinstance(exc, AvatarError)
+                and exc.retryable
+                and exc.code is not ErrorCode.CAPACITY_UNAVAILABLE
+            )
+
+        async def announce(state: RetryCallState) -> None:
+            await self._release_link()
+            error = state.outcome.exception() if state.outcome is not None else None
+            code = str(error.code) if isinstance(error, AvatarError) else "unknown"
+            if isinstance(error, AvatarError):
+                m.note_cause(error)
+            log.info(
+                "connect attempt %d of %d failed (%s); retrying in %.3gs",
+                state.attempt_number,
+                retry.max_attempts,
+                code,
+                state.upcoming_sleep,
+            )
+            self._emit(
+                "connect_retrying",
+                {
+                    "attempt": state.attempt_number,
+                    "max_attempts": retry.max_attempts,
+                    "code": code,
+                    "retry_in": state.upcoming_sleep,
+                },
+            )
+
+        async def sleep(seconds: float) -> None:
+            m.set(backing_off=True)
+            await clock.sleep(seconds)
+            m.set(backing_off=False)
+            m.fire("connect_retry")
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(retry.max_attempts),
+            wait=lambda state: retry.delay(state.attempt_number),
+            retry=retry_if_exception(retryable),
+            before_sleep=announce,
+            sleep=sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self._admit_once(advance)
+
+    async def _admit_once(self, advance: Callable[[str], None]) -> None:
+        """One connect attempt, waiting in ``queued`` while the backend has no capacity
         (``throwToNoAgent``); the whole wait is bounded by ``capacity_max_wait``. Each
-        attempt is a new link; ``advance`` moves the machine through the connect steps."""
+        capacity attempt is a new link; ``advance`` moves the machine through the steps."""
         cfg, clock, m = self._config, self._clock, self._machine
         queued_since = clock.monotonic()
 

@@ -68,6 +68,8 @@ class Faults:
         #: Seconds the ``stvNewSession`` answer takes (the service creating an STV session).
         self.stv_answer_delay = 0.0
         self.added_latency = 0.0
+        #: Joins still to be refused (``refuse_joins``).
+        self.joins_to_refuse = 0
         self.injected: list[str] = []
         #: genie HTTP faults: statuses the next genie POSTs answer, delay before answering.
         self.genie_statuses: list[int] = []
@@ -203,6 +205,21 @@ class Faults:
         session), so an ``availabilityResult`` can arrive before it, as in production."""
         self.injected.append("stv_session_delay")
         self.stv_answer_delay = max(0.0, float(seconds))
+
+    def refuse_joins(self, *, times: int = 1) -> None:
+        """The next ``times`` joins are refused the way a backend that is restarting
+        refuses them: the server drops the socket abruptly instead of answering (no
+        ``clientConfiguration``), so that connect attempt fails with ``transport_closed``
+        (retryable) and a later join is admitted as usual."""
+        self.injected.append("refuse_joins")
+        self.joins_to_refuse += max(0, int(times))
+
+    def take_refused_join(self) -> bool:
+        """True (and one fewer to refuse) when this join is to be refused."""
+        if self.joins_to_refuse <= 0:
+            return False
+        self.joins_to_refuse -= 1
+        return True
 
     def withhold(self, event_name: str) -> None:
         """Never send that event (any handshake event, or any other)."""
@@ -345,6 +362,7 @@ class Faults:
         self.availability_delay = 0.0
         self.stv_answer_delay = 0.0
         self.added_latency = 0.0
+        self.joins_to_refuse = 0
         self.genie_statuses.clear()
         self.genie_answer_delay = 0.0
         self._server.sio.recovery_enabled = True

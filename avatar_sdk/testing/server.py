@@ -337,6 +337,9 @@ class StagingServer:
             return  # the real CM accepts the socket but never answers such a join
         if conv.joined:
             return  # a re-join on a live socket is silently ignored by the real server
+        if self.faults.take_refused_join():
+            await self.sio.drop_transport(conv.sid, recoverable=False)
+            return
         if await self._refuse_admission(conv, "join"):
             return  # the older join-time variant of the verdicts (faults step="join")
         thread = kaltura.get("threadId")
