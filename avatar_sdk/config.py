@@ -47,7 +47,7 @@ def _invalid(owner: str, name: str, rule: str, value: object) -> AvatarError:
     return AvatarError(ErrorCode.INVALID_ARGUMENT, f"{owner}.{name} {rule} (got {preview(value)})")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """Backoff for the cold-reconnect tier.
 
@@ -119,7 +119,7 @@ class RetryPolicy:
         return float((rng or random).uniform(0.0, ceiling))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionConfig:
     """Timeouts, budgets and guard limits of a session. Every duration is in seconds.
 

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import AUDIO_CODECS, AudioCodec
@@ -76,6 +76,7 @@ class SessionSpec:
 
     url: str
     token: str = field(repr=False)
+    _: KW_ONLY  # the rest by keyword: flags and URLs read the same by position
     genie_url: str | None = None
     media: bool = False
     video: bool = False

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from avatar_sdk import AvatarSession, ChatSession
+from avatar_sdk import AvatarSession, ChatSession, RetryPolicy, SessionConfig
 from avatar_sdk.events.bus import EventBus, EventSource
 from avatar_sdk.fleet.context import ScenarioContext
+from avatar_sdk.fleet.plan import SessionSpec
 from avatar_sdk.testing.brain import Brain
 from avatar_sdk.testing.expect import expect_events
 from avatar_sdk.testing.faults import Faults
@@ -73,3 +74,11 @@ def test_nothing_after_the_event_name_is_positional(cls: type, verb: str) -> Non
 
 def test_expect_events_takes_its_timeout_by_keyword() -> None:
     assert [p.name for p in _positional(expect_events)] == ["session", "steps"]
+
+
+def test_settings_are_built_by_keyword() -> None:
+    """``SessionConfig(30, 10, 5)`` or ``RetryPolicy(6, 0.0, 0.25)`` would set fields by
+    their order in the class body: a reordering, or a reader's guess, swaps timeouts."""
+    assert _positional(SessionConfig) == []
+    assert _positional(RetryPolicy) == []
+    assert [p.name for p in _positional(SessionSpec)] == ["url", "token"]
