@@ -43,7 +43,7 @@ BRAIN_SCRIPTS: Final = (
     "clear",
 )
 #: Public ``Faults`` callables that are helpers of the server, not faults.
-_NOT_FAULTS: Final = frozenset({"take_admission_error", "take_genie_status"})
+_NOT_FAULTS: Final = frozenset({"take_admission_error", "take_genie_status", "take_refused_join"})
 
 
 def fault_names(staging: StagingServer) -> list[str]:
