@@ -109,7 +109,7 @@ async def test_a_replaced_links_failed_recovery_does_not_rebuild_the_new_one(
     try:
         # The new link recovers its uplink for a while (its renegotiation is never answered
         # until the fault clears): the machine is in recovering_media.
-        staging.faults.stuck_ice("asr", "no_answer")
+        staging.faults.stuck_ice("asr", mode="no_answer")
         offers = len(staging.received_events("asr-webrtc-offer"))
         uplink = session.expect(
             "media_recovering", predicate=lambda e: e.data["channel"] == "asr", timeout=5
