@@ -280,9 +280,9 @@ class _SessionTelemetry:
                 self._fail(self._connect, str(code), f"connect failed at {self._connect_step}")
             self._connect.end()
             self._connect = None
-        for span, _ in self._recoveries.values():
-            span.set_attribute(n.RECOVERY_OUTCOME, "ended")
-            span.end()
+        for recovery, _ in self._recoveries.values():
+            recovery.set_attribute(n.RECOVERY_OUTCOME, "ended")
+            recovery.end()
         self._recoveries.clear()
         if self._turn is not None:
             self._end_turn(n.INTERRUPT_SESSION_ENDED)
