@@ -280,10 +280,10 @@ class _SessionTelemetry:
                 self._fail(self._connect, str(code), f"connect failed at {self._connect_step}")
             self._connect.end()
             self._connect = None
-        for recovery, _ in self._recoveries.values():
-            recovery.set_attribute(n.RECOVERY_OUTCOME, "ended")
-            recovery.end()
-        self._recoveries.clear()
+        for key in list(self._recoveries):
+            recovery = self._end_recovery(key, "ended")
+            if recovery is not None:
+                recovery.end()
         if self._turn is not None:
             self._end_turn(n.INTERRUPT_SESSION_ENDED)
         for tool in self._tools:
