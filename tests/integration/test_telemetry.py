@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.telemetry import Telemetry
 from avatar_sdk.telemetry import names as n
 from avatar_sdk.testing import StagingServer
@@ -281,8 +282,9 @@ async def test_a_failed_connect_records_its_step_and_error_type(
 ) -> None:
     staging.faults.withhold("showAgent")
     session = make_session(telemetry=otel.telemetry())
-    with pytest.raises(Exception, match="agent_timeout|showAgent"):
+    with pytest.raises(AvatarError) as failed:
         await session.connect()
+    assert failed.value.code is ErrorCode.AGENT_TIMEOUT
     [connect] = otel.finished(n.SPAN_CONNECT)
     attrs = connect.attributes or {}
     assert attrs[n.CONNECT_STEP] == "agent"
