@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from ..otlp_receiver import Receiver, attributes
 from .conftest import spec_for
 
 SCENARIO = "tests.fleet.scenarios:one_turn"
+SCENARIO_FILE = f"{Path(__file__).with_name('scenarios.py')}:one_turn"
 
 
 @pytest_asyncio.fixture
@@ -105,6 +107,27 @@ async def test_local_worker_processes_join_the_run_trace(
     )
     report = await asyncio.wait_for(
         run_fleet(plan, engine="local", telemetry=Telemetry(tracer_provider=provider)), 60
+    )
+    assert report.ok
+    await _assert_one_trace_across_processes(receiver, exporter, workers=2)
+
+
+async def test_ray_actors_join_the_run_trace(
+    staging: StagingServer, driver: Any, receiver: Receiver
+) -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed on this interpreter")
+    from .test_fleet_ray import ray_engine  # noqa: PLC0415 - only once ray imports
+
+    provider, exporter = driver
+    telemetry = FleetTelemetry(
+        setup=f"{Path(__file__).with_name('otel_setup.py')}:setup",  # by path, as actors load it
+        options={"endpoint": receiver.url, "service": "fleet-ray"},
+    )
+    plan = FleetPlan(
+        SCENARIO_FILE, spec_for(staging), sessions=2, rate=50, workers=2, telemetry=telemetry
+    )
+    report = await asyncio.wait_for(
+        run_fleet(plan, engine=ray_engine(), telemetry=Telemetry(tracer_provider=provider)), 120
     )
     assert report.ok
     await _assert_one_trace_across_processes(receiver, exporter, workers=2)
