@@ -1,0 +1,162 @@
+"""Figure ``telemetry``: what OpenTelemetry costs the inbound pipeline.
+
+The ``throughput`` figure's end-to-end measurement (the staging server in the same loop
+streams ``agent_raw_text`` events to one connected session, which counts ``agent_text``
+events; first->last rate), with a user turn open (sent, its answer streaming: the turn span
+and its first-text bookkeeping are live, the representative hot path), in three variants:
+
+* ``off``: no instrumentation at all (the extra not used);
+* ``no provider``: ``avatar_sdk.telemetry.instrument(session)`` with no provider set (the
+  API installed, nothing configured): nothing is attached;
+* ``no-op exporter``: ``Telemetry`` on the OpenTelemetry SDK's ``TracerProvider`` with a
+  ``SimpleSpanProcessor`` whose exporter discards every span, and the SDK's
+  ``MeterProvider`` with an in-memory reader (metrics aggregated, never exported).
+
+Rounds run in ABCCBA order, repeated, each on a fresh session; medians per variant and the
+ratios to ``off``. Target: the no-op exporter within 5% of ``off``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from avatar_sdk import AvatarSession
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.wire import In
+
+from .harness import Stamp
+from .stats import FigureResult, Row, Summary, Target
+from .throughput import ARRIVAL_TIMEOUT, GREETING_TAIL, Receiver, make_payloads
+
+TITLE = "telemetry overhead on agent_raw_text throughput (one core)"
+#: The no-op exporter's throughput as a share of no telemetry at all.
+TARGET = Target(">=", 0.95, "x of off")
+EVENTS = 10_000
+WARMUP = 1_000
+BLOCKS = 3
+ORDER = ("off", "no provider", "no-op exporter", "no-op exporter", "no provider", "off")
+
+
+def _noop_telemetry() -> tuple[Any, Callable[[], None]]:
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from avatar_sdk.telemetry import Telemetry  # noqa: PLC0415
+
+    class Discard(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(Discard()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def shutdown() -> None:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    return telemetry, shutdown
+
+
+async def _round(staging: StagingServer, variant: str, telemetry: Any, start: int) -> float:
+    from avatar_sdk.telemetry import instrument  # noqa: PLC0415
+
+    session = AvatarSession(
+        staging.url,
+        staging.token,
+        media=False,
+        allow_insecure_transport=True,
+        telemetry=telemetry if variant == "no-op exporter" else None,
+    )
+    if variant == "no provider" and instrument(session):
+        raise RuntimeError("a global provider is set: the 'no provider' variant is not one")
+    try:
+        greeting = Stamp(session, "agent_turn_ended")
+        greeting.arm()
+        await session.connect()
+        await greeting.next(5.0)
+        await asyncio.sleep(GREETING_TAIL)
+        receiver = Receiver(session)
+        staging.brain.stall(600)  # the turn stays open: its answer is the streamed burst
+        await session.speak("what is the weather like in lisbon")
+        (sid,) = staging.live_sids
+        conversation = staging.conversations[sid]
+        for index, count in enumerate((WARMUP, EVENTS)):
+            payloads = make_payloads(count, turn_id=f"turn-bench-{index}", start=start)
+            receiver.arm(count, start)
+            for payload in payloads:
+                await conversation.emit(In.AGENT_RAW_TEXT, payload)
+            await receiver.wait(ARRIVAL_TIMEOUT)
+            if receiver.out_of_order:
+                raise RuntimeError(f"{receiver.out_of_order} events out of order")
+            start += count
+        spread = receiver.last - receiver.first
+        return (EVENTS - 1) / spread
+    finally:
+        await session.close()
+
+
+async def _measure() -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {name: [] for name in dict.fromkeys(ORDER)}
+    telemetry, shutdown = _noop_telemetry()
+    try:
+        async with StagingServer() as staging:
+            start = 0
+            for _ in range(BLOCKS):
+                for variant in ORDER:
+                    rates[variant].append(await _round(staging, variant, telemetry, start))
+                    start += WARMUP + EVENTS
+    finally:
+        shutdown()
+    return rates
+
+
+def run() -> FigureResult:
+    result = FigureResult("telemetry", TITLE)
+    started = time.monotonic()
+    rates = asyncio.run(_measure())
+    medians = {name: Summary.of(values).median for name, values in rates.items()}
+    off = medians["off"]
+    ratios = {name: value / off for name, value in medians.items()}
+    rounds = len(rates["off"])
+    result.rows = [
+        Row("agent_raw_text, telemetry off", EVENTS * rounds, off, "ev/s"),
+        Row("agent_raw_text, API but no provider", EVENTS * rounds, medians["no provider"], "ev/s"),
+        Row("agent_raw_text, no-op exporter", EVENTS * rounds, medians["no-op exporter"], "ev/s"),
+        Row("no-op exporter / off", rounds, ratios["no-op exporter"], "x", target=TARGET),
+        Row("no provider / off", rounds, ratios["no provider"], "x"),
+    ]
+    overhead = 1 - ratios["no-op exporter"]
+    result.notes = [
+        f"first->last rate with a user turn open, {rounds} rounds per variant x {EVENTS:,} "
+        f"events (ABCCBA x {BLOCKS}, a fresh session each round); medians: off {off:,.0f}, "
+        f"no provider {medians['no provider']:,.0f}, no-op exporter "
+        f"{medians['no-op exporter']:,.0f} ev/s.",
+        f"no-op exporter overhead: {overhead:.1%} (target under 5%: "
+        f"{TARGET.verdict(ratios['no-op exporter'])}, information only); no provider: "
+        f"{1 - ratios['no provider']:+.1%} (nothing is attached: noise).",
+        "round rates: " + "; ".join(
+            f"{name} " + ", ".join(f"{r:,.0f}" for r in values) for name, values in rates.items()
+        ) + f"; {time.monotonic() - started:.0f} s.",
+    ]  # fmt: skip
+    result.data = {
+        "target": TARGET.as_json(),
+        "events_per_round": EVENTS,
+        "order": list(ORDER),
+        "blocks": BLOCKS,
+        "round_rates": rates,
+        "median_rates": medians,
+        "ratios_to_off": ratios,
+        "pass": TARGET.met(ratios["no-op exporter"]),
+    }
+    return result
