@@ -33,12 +33,15 @@ __all__ = ["Telemetry", "is_configured"]
 #: Longest text kept per content attribute (``capture_content=True``), characters.
 CONTENT_LIMIT = 4096
 #: Events the instrumentation subscribes to (by name: ``"*"`` would cost a call per event).
+#: ``agent_text``, the stream's hot path, is subscribed only while a sent turn waits for its
+#: first spoken text (or, capturing content, while a turn is open): the rest of an answer's
+#: stream costs nothing.
 _EVENTS = (
     "state_changed", "connected", "reconnecting", "reconnected", "media_recovering",
-    "media_recovered", "gave_up", "ended", "error", "protocol_error", "agent_text",
-    "agent_speech_started", "agent_talking", "agent_turn_ended", "agent_interrupted",
-    "user_transcription", "tool_call", "tool_call_result", "tool_call_invalid",
-    "turn_resent", "tool_spiral_recovering", "queued",
+    "media_recovered", "gave_up", "ended", "error", "protocol_error", "agent_speech_started",
+    "agent_talking", "agent_turn_ended", "agent_interrupted", "user_transcription",
+    "tool_call", "tool_call_result", "tool_call_invalid", "turn_resent",
+    "tool_spiral_recovering", "queued",
 )  # fmt: skip
 
 
@@ -192,11 +195,9 @@ class _SessionTelemetry:
         self._turns = 0
         self._recovered = 0
         self._dropped_reported = 0
-        handlers: dict[str, Callable[[Event], None]] = {
-            name: getattr(self, f"_on_{name}") for name in _EVENTS
-        }
-        for name, handler in handlers.items():
-            session.on(name, handler)
+        self._text_unsubscribe: Callable[[], None] | None = None
+        for name in _EVENTS:
+            session.on(name, getattr(self, f"_on_{name}"))
         session.taps.add(self._on_point)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -415,10 +416,18 @@ class _SessionTelemetry:
             elif turn is None:
                 turn = self._begin_turn("speak", str(data["text"]))
             turn.sent = True
+            self._watch_text(self._capture or turn.first_text is None)
         elif point is Point.TOOL_DISPATCHED:
             self._dispatched[(str(data["name"]), data.get("call_id"))] = bool(data["waits"])
         elif point is Point.TOOL_ACKED:
             self._on_tool_acked(data)
+
+    def _watch_text(self, on: bool) -> None:
+        if on and self._text_unsubscribe is None:
+            self._text_unsubscribe = self._session.on("agent_text", self._on_agent_text)
+        elif not on and self._text_unsubscribe is not None:
+            self._text_unsubscribe()
+            self._text_unsubscribe = None
 
     def _begin_turn(self, source: str, text: str) -> _Turn:
         if self._turn is not None:
@@ -435,12 +444,14 @@ class _SessionTelemetry:
         self._turn = turn = _Turn(span, self._clock(), source, sent=source == "voice")
         turn.texts.append(text)
         self._turns += 1
+        self._watch_text(turn.sent)
         return turn
 
     def _end_turn(self, interrupted: str | None) -> None:
         turn, self._turn = self._turn, None
         if turn is None:
             return
+        self._watch_text(False)
         self._last_turn = turn
         span, elapsed = turn.span, self._clock() - turn.started
         span.set_attribute(n.TURN_INTERRUPTED, interrupted is not None)
@@ -485,6 +496,8 @@ class _SessionTelemetry:
             turn.span.set_attribute(n.TURN_TIME_TO_FIRST_TEXT, elapsed)
             turn.span.add_event(n.EVENT_FIRST_TEXT)
             self._record(n.METRIC_TURN_FIRST_TEXT, elapsed, {n.TURN_SOURCE: turn.source})
+            if not self._capture:
+                self._watch_text(False)  # the rest of the answer's stream: not observed
 
     def _on_agent_talking(self, event: Event) -> None:
         turn = self._turn
