@@ -228,11 +228,17 @@ def run() -> FigureResult:
         f"{medians['no-op exporter']:,.0f} ev/s. Wall-clock first->last medians: off "
         f"{wall['off']:,.0f}, no provider {wall['no provider']:,.0f}, no-op exporter "
         f"{wall['no-op exporter']:,.0f} ev/s (swinging with the machine's load).",
-        f"no-op exporter overhead: {overhead:.1%} (target under 5%: "
+        f"no-op exporter overhead (per CPU-s): {overhead:.1%} (target under 5%: "
         f"{TARGET.verdict(ratios['no-op exporter'])}, information only); no provider: "
         f"{1 - ratios['no provider']:+.1%} (nothing is attached: noise).",
-        "e2e round rates: " + "; ".join(
-            f"{name} " + ", ".join(f"{r:,.0f}" for r in values) for name, values in rates.items()
+        f"pure pipeline (parse + apply + the session's bus, a turn open; CPU time), "
+        f"{len(pure['off'])} rounds x {PURE_EVENTS:,} per variant, ABCCBA: off "
+        f"{pure_medians['off']:,.0f}, no-op exporter {pure_medians['no-op exporter']:,.0f} "
+        f"ev/s, overhead {1 - pure_ratio:.1%} ({TARGET.verdict(pure_ratio)}); the A/A control "
+        f"(a second session without telemetry) differs by {1 - control_ratio:+.1%}: the noise.",
+        "round rates per CPU-s: " + "; ".join(
+            f"{name} " + ", ".join(f"{r:,.0f}" for r in values)
+            for name, values in cpu_rates.items()
         ) + f"; {time.monotonic() - started:.0f} s.",
     ]  # fmt: skip
     result.data = {
