@@ -94,6 +94,7 @@ EVENT_STEP: Final = "avatar.connect_step"
 
 # -- turn-end reasons --------------------------------------------------------------------------
 INTERRUPT_BARGE_IN: Final = "barge_in"  # the server cut the answer (agentInterrupted)
+INTERRUPT_CALLED: Final = "interrupt"  # the application called interrupt()
 INTERRUPT_NEW_TURN: Final = "new_turn"  # the user spoke again before the answer ended
 INTERRUPT_SESSION_ENDED: Final = "session_ended"
 INTERRUPT_TOOL_SPIRAL: Final = "tool_spiral"

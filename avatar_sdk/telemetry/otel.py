@@ -39,7 +39,8 @@ CONTENT_LIMIT = 4096
 _EVENTS = (
     "state_changed", "connected", "reconnecting", "reconnected", "media_recovering",
     "media_recovered", "gave_up", "ended", "error", "protocol_error", "agent_speech_started",
-    "agent_talking", "agent_turn_ended", "agent_interrupted", "user_transcription",
+    "agent_talking", "agent_turn_ended", "agent_interrupted", "user_started_talking",
+    "user_transcription",
     "tool_call", "tool_call_result", "tool_call_invalid", "turn_resent",
     "tool_spiral_recovering", "queued",
 )  # fmt: skip
@@ -417,6 +418,10 @@ class _SessionTelemetry:
                 turn = self._begin_turn("speak", str(data["text"]))
             turn.sent = True
             self._watch_text(self._capture or turn.first_text is None)
+        elif point is Point.INTERRUPT_SENT:
+            turn = self._turn
+            if turn is not None and turn.sent:
+                self._end_turn(n.INTERRUPT_CALLED)
         elif point is Point.TOOL_DISPATCHED:
             self._dispatched[(str(data["name"]), data.get("call_id"))] = bool(data["waits"])
         elif point is Point.TOOL_ACKED:
@@ -442,7 +447,8 @@ class _SessionTelemetry:
             attributes[n.GEN_AI_CONVERSATION_ID] = thread
         span = self._child(n.SPAN_TURN, attributes)
         self._turn = turn = _Turn(span, self._clock(), source, sent=source == "voice")
-        turn.texts.append(text)
+        if text:
+            turn.texts.append(text)
         self._turns += 1
         self._watch_text(turn.sent)
         return turn
@@ -472,9 +478,20 @@ class _SessionTelemetry:
         span.end()
         self._flush_dropped()
 
+    def _on_user_started_talking(self, event: Event) -> None:
+        # A voice turn starts when the user does: the hand-off (user_transcription) comes as
+        # the answer is already generating, too late to time anything from.
+        self._begin_turn("voice", "")
+
     def _on_user_transcription(self, event: Event) -> None:
-        if event.data.get("final"):
-            self._begin_turn("voice", str(event.data.get("text") or ""))
+        if not event.data.get("final"):
+            return
+        text = str(event.data.get("text") or "")
+        turn = self._turn
+        if turn is not None and turn.source == "voice":
+            turn.texts = [text]
+        else:
+            self._begin_turn("voice", text)
 
     def _on_agent_speech_started(self, event: Event) -> None:
         turn = self._turn

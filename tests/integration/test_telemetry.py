@@ -295,3 +295,45 @@ async def test_a_failed_connect_records_its_step_and_error_type(
     assert root.status.status_code is StatusCode.ERROR
     [point] = otel.metrics()[n.METRIC_ERRORS]
     assert point.attributes == {n.ERROR_TYPE: "agent_timeout"}
+
+
+async def test_voice_and_interrupted_turns(
+    staging: StagingServer, make_session: SessionFactory, otel: Otel
+) -> None:
+    session = make_session(telemetry=otel.telemetry())
+    await session.connect()
+    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    # a voice turn: the server hands the user's utterance to the brain
+    answered = session.expect("agent_turn_ended", timeout=5)
+    assert await staging.brain.voice_turn("what time is it") == 1
+    await answered
+    # a typed turn cut by interrupt(), then one cut by the next turn
+    staging.speech_time_scale = 4.0  # a word lasts 0.4 s: the answers are long
+    staging.brain.reply(" ".join(f"word{i}" for i in range(20)))
+    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    await session.speak("tell me a long story")
+    await talking
+    interrupted = session.expect("agent_interrupted", timeout=3)
+    await session.interrupt()
+    await interrupted
+    staging.brain.reply(" ".join(f"word{i}" for i in range(20)))
+    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    await session.speak("another long one")
+    await talking
+    staging.speech_time_scale = 1.0
+    answered = session.expect(
+        "agent_turn_ended", lambda e: "never mind" in (e.data["speech_id"] or ""), 10
+    )
+    await session.speak("never mind")
+    await answered
+    await session.close()
+    turns = [s.attributes or {} for s in otel.finished(n.SPAN_TURN)]
+    assert [(t[n.TURN_SOURCE], t.get(n.TURN_INTERRUPT_REASON)) for t in turns] == [
+        ("voice", None),
+        ("speak", "interrupt"),
+        ("speak", "new_turn"),
+        ("speak", None),
+    ]
+    assert [t[n.TURN_INTERRUPTED] for t in turns] == [False, True, True, False]
+    assert n.TURN_TIME_TO_FIRST_TEXT in turns[0]
+    assert "what time is it" not in _all_attribute_text(otel.finished())
