@@ -202,15 +202,22 @@ class _SessionTelemetry:
         session.taps.add(self._on_point)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _child(self, name: str, attributes: dict[str, Any], parent: Span | None = None) -> Span:
+    def _child(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        parent: Span | None = None,
+        kind: SpanKind = SpanKind.CLIENT,
+    ) -> Span:
+        """A span under ``parent`` (default: the session's). CLIENT for what talks to the
+        backend (connect, turns); INTERNAL for the SDK's own work (recoveries, tools, which
+        run in the application, as the GenAI conventions say of ``execute_tool``)."""
         ctx = (
             trace.set_span_in_context(parent)
             if parent is not None
             else self._session_ctx or self._open_session()
         )
-        return self._i.tracer.start_span(
-            name, context=ctx, kind=SpanKind.CLIENT, attributes=attributes
-        )
+        return self._i.tracer.start_span(name, context=ctx, kind=kind, attributes=attributes)
 
     def _open_session(self) -> otel_context.Context:
         span = self._i.tracer.start_span(
@@ -328,7 +335,7 @@ class _SessionTelemetry:
         open_ = self._recoveries.get(key)
         if open_ is not None:
             return open_[0]
-        span = self._child(n.SPAN_RECOVERY, attributes)
+        span = self._child(n.SPAN_RECOVERY, attributes, kind=SpanKind.INTERNAL)
         self._recoveries[key] = (span, self._clock())
         return span
 
@@ -565,7 +572,7 @@ class _SessionTelemetry:
         if self._capture:
             attributes[n.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(data.get("args"))
         parent = self._turn.span if self._turn is not None else None
-        span = self._child(f"{n.SPAN_TOOL_PREFIX} {name}", attributes, parent)
+        span = self._child(f"{n.SPAN_TOOL_PREFIX} {name}", attributes, parent, SpanKind.INTERNAL)
         self._tools.append(_Tool(span, name, call_id, waits))
 
     def _find_tool(self, name: str | None, call_id: Any) -> _Tool | None:
