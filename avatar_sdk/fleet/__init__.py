@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .context import ScenarioContext, TurnResult
     from .engines import Engine, get_engine
     from .measure import FleetStats, Measurement, percentile
-    from .plan import FleetPlan, SessionSpec, WorkerAssignment, assign
+    from .plan import FleetPlan, FleetTelemetry, SessionSpec, WorkerAssignment, assign
     from .runner import FleetReport, run, run_fleet
     from .worker import Scenario, load_scenario, run_worker
 
@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "FleetPlan": ".plan",
     "FleetReport": ".runner",
     "FleetStats": ".measure",
+    "FleetTelemetry": ".plan",
     "Measurement": ".measure",
     "Scenario": ".worker",
     "ScenarioContext": ".context",
@@ -47,6 +48,7 @@ __all__ = [
     "FleetPlan",
     "FleetReport",
     "FleetStats",
+    "FleetTelemetry",
     "Measurement",
     "Scenario",
     "ScenarioContext",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUDIO_SOURCES",
     "FleetPlan",
+    "FleetTelemetry",
     "SessionSpec",
     "WorkerAssignment",
     "assign",
@@ -144,6 +145,36 @@ class SessionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetTelemetry:
+    """OpenTelemetry for a fleet run (the ``otel`` extra): a run is one trace, with a span per
+    worker and per session, each session's own spans beneath (``docs/observability.md``).
+
+    ``setup``: a reference (``"pkg.module:function"`` or ``"file.py:function"``) called
+    once in every worker process the run starts (local processes, Ray actors) with
+    ``options``, before its sessions, to set that process's providers and exporter (the
+    driver's providers do not cross a process boundary); None: the worker uses whatever
+    its process has. The inline engine runs in the driver and never calls it.
+    ``capture_content``: as ``Telemetry(capture_content=...)``. ``carrier``: the W3C trace
+    context (``traceparent``, ``tracestate``) of the run's span, filled in by ``run_fleet``.
+    """
+
+    setup: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict, hash=False)
+    capture_content: bool = False
+    carrier: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.setup is not None and not (isinstance(self.setup, str) and self.setup.strip()):
+            raise _invalid("FleetTelemetry", "setup", "must be None or a reference", self.setup)
+        for name in ("options", "carrier"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise _invalid("FleetTelemetry", name, "must map strings to strings", value)
+
+
+@dataclass(frozen=True, slots=True)
 class FleetPlan:
     """A fleet run: ``sessions`` sessions started at ``rate`` per second, each running the
     scenario ``iterations`` times (0: until ``duration`` seconds have passed).
@@ -154,7 +185,8 @@ class FleetPlan:
     reference). ``workers`` 0: one per CPU (the inline engine always uses one).
     ``base_dir``: where a worker looks for a relative scenario path its own cwd lacks
     (``run_fleet`` sets it to the driver's cwd; the reference itself is sent as given, so
-    a cluster node resolves it in its ``working_dir`` first).
+    a cluster node resolves it in its ``working_dir`` first). ``telemetry``: a
+    :class:`FleetTelemetry` to trace the run (None: no telemetry).
     """
 
     scenario: str | Callable[..., Any]
@@ -167,6 +199,7 @@ class FleetPlan:
     turn_timeout: float = 30.0
     greeting_timeout: float = 30.0
     base_dir: str | None = None
+    telemetry: FleetTelemetry | None = None
 
     def __post_init__(self) -> None:
         owner = "FleetPlan"
@@ -191,6 +224,9 @@ class FleetPlan:
                 raise _invalid(owner, name, "must be a finite number > 0", getattr(self, name))
         if self.base_dir is not None and not (isinstance(self.base_dir, str) and self.base_dir):
             raise _invalid(owner, "base_dir", "must be None or a directory path", self.base_dir)
+        if self.telemetry is not None and not isinstance(self.telemetry, FleetTelemetry):
+            rule = "must be None or a FleetTelemetry"
+            raise _invalid(owner, "telemetry", rule, type(self.telemetry))
 
     def with_(self, **changes: Any) -> FleetPlan:
         """A copy with some fields changed (validated again)."""

@@ -10,11 +10,13 @@ measurement as one JSON line, feeds :class:`FleetStats`, and returns a :class:`F
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import pickle
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -75,6 +77,7 @@ async def run_fleet(
     on_measurement: Callable[[Measurement], None] | None = None,
     jsonl: str | Path | None = None,
     stats: FleetStats | None = None,
+    telemetry: Any = None,
 ) -> FleetReport:
     """Run ``plan`` on ``engine`` (a name: ``local``, ``inline``, ``ray``; or an
     :class:`Engine`) and return its report once every session finished.
@@ -83,6 +86,10 @@ async def run_fleet(
     every measurement there, one JSON object per line; ``stats``: the ``FleetStats`` to
     feed (a live display reads it meanwhile). Cancelling stops the workers (sessions close
     and are reported ``stopped``) and re-raises once they are gone.
+
+    A plan with ``telemetry`` (:class:`~avatar_sdk.fleet.plan.FleetTelemetry`) is traced:
+    the run's span is made with ``telemetry`` (an ``avatar_sdk.telemetry.Telemetry``; None:
+    one on the global providers), which also instruments the inline engine's sessions.
     """
     if plan.base_dir is None:  # the reference goes out as given; this is the fallback
         plan = plan.with_(base_dir=os.getcwd())
@@ -111,7 +118,9 @@ async def run_fleet(
 
     started = time.monotonic()
     try:
-        await runner.run(assign(plan, time.time()), emit)
+        with ExitStack() as stack:
+            plan = _traced(plan, runner, name, telemetry, stack)
+            await runner.run(assign(plan, time.time()), emit)
     finally:
         if sink is not None:
             sink.close()
@@ -124,6 +133,36 @@ async def run_fleet(
         measurements=stats.measurements,
         jsonl=str(jsonl) if jsonl is not None else None,
     )
+
+
+def _traced(
+    plan: FleetPlan, runner: Engine, engine: str, telemetry: Any, stack: ExitStack
+) -> FleetPlan:
+    """Open the run's span (for the rest of ``stack``) and put its trace context in the plan
+    the workers get; the plan unchanged when it asks for no telemetry."""
+    spec = plan.telemetry
+    if spec is None:
+        return plan
+    from ..telemetry import INSTALL_HINT, available  # noqa: PLC0415 - only for a traced run
+
+    if not available():
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"FleetPlan.telemetry needs OpenTelemetry: {INSTALL_HINT}"
+        )
+    from ..telemetry import fleet as tracing  # noqa: PLC0415
+    from ..telemetry import names as n  # noqa: PLC0415
+    from ..telemetry.otel import Telemetry  # noqa: PLC0415
+
+    telemetry = telemetry or Telemetry(capture_content=spec.capture_content)
+    if isinstance(runner, InlineEngine):
+        runner.telemetry = telemetry
+    attributes = {n.FLEET_ENGINE: engine, n.FLEET_SESSIONS: plan.sessions}
+    span = stack.enter_context(
+        tracing.span(tracing.tracer_of(telemetry), n.SPAN_FLEET_RUN, attributes)
+    )
+    if span is None:
+        return plan
+    return plan.with_(telemetry=dataclasses.replace(spec, carrier=tracing.carrier_of(span)))
 
 
 def _check_picklable(plan: FleetPlan) -> None:

@@ -14,19 +14,21 @@ import importlib.util
 import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..telemetry import names as tn
 from .context import AudioProbe, Scenario, ScenarioContext, TurnIds, sleep_unless
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
     from ..events.bus import Event
     from ..session.facade import AvatarSession
-    from .plan import WorkerAssignment
+    from .plan import FleetTelemetry, WorkerAssignment
 
 __all__ = ["Emit", "Scenario", "classify", "load_scenario", "resolve_ref", "run_worker"]
 
@@ -150,8 +152,11 @@ class _SessionRun:
         scenario: Scenario,
         emit: Emit,
         stop: asyncio.Event,
+        *,
+        tracing: _Tracing | None = None,
     ) -> None:
         self.assignment = assignment
+        self.tracing = tracing
         self.plan = assignment.plan
         self.index = index
         self.scenario = scenario
@@ -217,7 +222,7 @@ class _SessionRun:
                 return
             self.measure("session_started")
             started = time.monotonic()
-            code = await self._live()
+            code = await self._traced_live()
         except asyncio.CancelledError:
             seconds = time.monotonic() - started
             self.measure("session_finished", status="failed", code=STOPPED, seconds=seconds)
@@ -231,6 +236,21 @@ class _SessionRun:
         else:
             self.measure("session_finished", status="failed", code=code, seconds=seconds)
 
+    async def _traced_live(self) -> str | None:
+        if self.tracing is None:
+            return await self._live()
+        attributes = {
+            tn.FLEET_SESSION_INDEX: self.index,
+            tn.FLEET_WORKER: self.assignment.worker,
+        }
+        with self.tracing.span(tn.SPAN_FLEET_SESSION, attributes) as span:
+            code = await self._live()
+            if span is not None:
+                span.set_attribute(tn.FLEET_STATUS, "ok" if code is None else "failed")
+                if code is not None:
+                    self.tracing.failed(span, code)
+            return code
+
     async def _live(self) -> str | None:
         """Build, converse (until done or the run stops), close; the failure code or None."""
         try:
@@ -239,6 +259,8 @@ class _SessionRun:
             self.measure("error", code=str(exc.code), recoverable=exc.recoverable)
             return str(exc.code)
         self._instrument(session)
+        if self.tracing is not None:
+            self.tracing.telemetry.attach(session)
         turn_ids = TurnIds(session)
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -318,12 +340,90 @@ class _SessionRun:
             await asyncio.sleep(0)  # a scenario that never awaits still lets the loop run
 
 
+# -- telemetry -------------------------------------------------------------------------------
+#: Telemetry setups already run in this process (one per reference, whatever the workers).
+_SET_UP: set[str] = set()
+
+
+class _Tracing:
+    """A worker's telemetry: its ``Telemetry`` and the fleet's span helpers (loaded only for
+    a plan that asks for telemetry, so a plain run never imports OpenTelemetry)."""
+
+    def __init__(self, telemetry: Any, tracing: Any) -> None:
+        self.telemetry = telemetry
+        self._tracing = tracing
+        self.tracer = tracing.tracer_of(telemetry)
+
+    @contextmanager
+    def span(self, name: str, attributes: dict[str, Any], carrier: Any = None) -> Iterator[Any]:
+        with self._tracing.span(self.tracer, name, attributes, carrier) as span:
+            yield span
+
+    async def flush(self) -> None:
+        await self._tracing.flush_global_providers()
+
+    def failed(self, span: Any, code: str) -> None:
+        from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
+
+        span.set_attribute(tn.ERROR_TYPE, code)
+        span.set_status(Status(StatusCode.ERROR, code))
+
+
+def _tracing_for(spec: FleetTelemetry, telemetry: Any, base_dir: str | None) -> _Tracing | None:
+    """This worker's tracing: the driver's ``telemetry`` (the inline engine), else this
+    process's, after running the plan's ``setup`` once in it. None (logged) without the
+    OpenTelemetry API in this process."""
+    from ..telemetry import INSTALL_HINT, available  # noqa: PLC0415
+
+    if not available():
+        log.warning("the fleet plan asks for telemetry, but %s in this worker", INSTALL_HINT)
+        return None
+    from ..telemetry import fleet as tracing  # noqa: PLC0415
+    from ..telemetry.otel import Telemetry  # noqa: PLC0415
+
+    if telemetry is None:
+        if spec.setup and spec.setup not in _SET_UP:
+            setup = cast(
+                Callable[[dict[str, str]], object], load_scenario(spec.setup, base_dir=base_dir)
+            )
+            setup(dict(spec.options))
+            _SET_UP.add(spec.setup)
+        telemetry = Telemetry(capture_content=spec.capture_content)
+    return _Tracing(telemetry, tracing)
+
+
 async def run_worker(
-    assignment: WorkerAssignment, emit: Emit, *, stop: asyncio.Event | None = None
+    assignment: WorkerAssignment,
+    emit: Emit,
+    *,
+    stop: asyncio.Event | None = None,
+    telemetry: Any = None,
 ) -> None:
     """Run ``assignment``'s sessions on the running loop, emitting measurements as they
     happen; returns when every session finished. ``stop`` set: every session not finished
-    yet closes promptly and is reported ``failed`` with code ``stopped``."""
+    yet closes promptly and is reported ``failed`` with code ``stopped``. ``telemetry``:
+    the driver's ``Telemetry`` (the inline engine); a plan with telemetry otherwise uses
+    this process's (``FleetTelemetry.setup``)."""
+    spec = assignment.plan.telemetry
+    if spec is None:
+        await _run_sessions(assignment, emit, stop, None)
+        return
+    tracing = _tracing_for(spec, telemetry, assignment.plan.base_dir)
+    if tracing is None:
+        await _run_sessions(assignment, emit, stop, None)
+        return
+    try:
+        attributes = {tn.FLEET_WORKER: assignment.worker}
+        with tracing.span(tn.SPAN_FLEET_WORKER, attributes, spec.carrier):
+            await _run_sessions(assignment, emit, stop, tracing)
+    finally:
+        if telemetry is None:  # this process's providers: export before the process ends
+            await tracing.flush()
+
+
+async def _run_sessions(
+    assignment: WorkerAssignment, emit: Emit, stop: asyncio.Event | None, tracing: _Tracing | None
+) -> None:
     stop = stop or asyncio.Event()
     try:
         scenario = load_scenario(assignment.plan.scenario, base_dir=assignment.plan.base_dir)
@@ -336,5 +436,5 @@ async def run_worker(
         return
     async with asyncio.TaskGroup() as tasks:
         for index in assignment.sessions:
-            run = _SessionRun(assignment, index, scenario, emit, stop)
+            run = _SessionRun(assignment, index, scenario, emit, stop, tracing=tracing)
             tasks.create_task(run.run(), name=f"avatar-fleet:session-{index}")

@@ -19,6 +19,7 @@ from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..taps import NO_TAPS, Point, Taps
 from ..wire import (
     AgentEndTurn,
     AgentInterrupted,
@@ -35,7 +36,7 @@ from ..wire import (
     parse_tool_response_name,
 )
 from .spiral import SpiralBreaker
-from .tools import ArgsSchema, PendingAcks, ToolTracker
+from .tools import ArgsSchema, PendingAck, PendingAcks, ToolTracker
 from .watchdogs import PendingResponse, StallWatchdog
 
 
@@ -100,8 +101,10 @@ class ConversationGuards:
         *,
         hard_tier: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        taps: Taps = NO_TAPS,
     ) -> None:
         self._emit = emit
+        self._taps = taps
         self._clock = clock
         self.config = config
         hard = config.effective_hard_tool_spiral_limit if hard_tier else 0
@@ -248,8 +251,13 @@ class ConversationGuards:
 
     def _dispatch(self, call: ToolCall, speech_id: str | None) -> None:
         payload = call_payload(call, speech_id)
-        if call.wait_for_response and call.call_id:
+        waits = bool(call.wait_for_response and call.call_id)
+        if waits and call.call_id:
             self.acks.add(call.call_id, call.name, self._clock.monotonic())
+        if self._taps:
+            self._taps.emit(
+                Point.TOOL_DISPATCHED, {"name": call.name, "call_id": call.call_id, "waits": waits}
+            )
         entries = self._handlers.get(call.name, [])
         for _, schema in entries:
             if schema is not None:
@@ -293,7 +301,31 @@ class ConversationGuards:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "call_id must be a non-empty string")
         if not isinstance(result, dict):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "result must be a dict")
-        ack = self.acks.take(call_id, self._clock.monotonic())
+        name: str | None = None
+        try:
+            ack = self.acks.take(call_id, self._clock.monotonic())
+            name = ack.name if ack is not None else None
+            outcome = await self._deliver_ack(genie, call_id, result, ack)
+        except BaseException:
+            outcome = {"ok": False, "reason": "cancelled"}
+            raise
+        finally:
+            if self._taps:
+                self._taps.emit(
+                    Point.TOOL_ACKED,
+                    {
+                        "call_id": call_id,
+                        "name": name,
+                        "ok": outcome["ok"],
+                        "reason": outcome["reason"],
+                        "status": outcome.get("status"),
+                    },
+                )
+        return outcome
+
+    async def _deliver_ack(
+        self, genie: ToolAckSender | None, call_id: str, result: Any, ack: PendingAck | None
+    ) -> dict[str, Any]:
         if ack is None:
             return {"ok": False, "reason": "unknown_or_stale"}
         if genie is None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from ssl import SSLContext
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import AUDIO_CODECS, AudioCodec, RetryPolicy, SessionConfig
@@ -25,6 +26,7 @@ from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..logs import sdk_logger
 from ..redact import register_secret
+from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
 from ..transport.genie import GenieClient
 from ..transport.ice import TurnConfig
@@ -72,6 +74,7 @@ class AvatarSession(EventSource):
         clock: Clock | None = None,
         ssl: SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
+        telemetry: Instrumentation | None = None,
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
@@ -99,6 +102,9 @@ class AvatarSession(EventSource):
         :param clock: an injected clock for tests (``avatar_sdk.testing.FakeClock``).
         :param ssl: an ``ssl.SSLContext`` for every connection; or
         :param ca_file: a PEM file of a private CA trusted besides the system's (not both).
+        :param telemetry: an instrumentation to attach, ``avatar_sdk.telemetry.Telemetry(...)``
+            (OpenTelemetry traces and metrics, the ``otel`` extra; ``docs/observability.md``).
+            None (default): no instrumentation, nothing observed.
         :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
             for an http URL without the opt-in.
         """
@@ -122,6 +128,7 @@ class AvatarSession(EventSource):
         self.config = cfg = config or SessionConfig()
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
+        self._taps = Taps(_describe(self._url, media=self._media, video=bool(video)))
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
         # Its failure handler is the endings' (set once they exist, below).
         self._supervisor = Supervisor()
@@ -155,7 +162,7 @@ class AvatarSession(EventSource):
             clock=self._clock,
             ssl_context=tls,
         )
-        self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock)
+        self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock, taps=self._taps)
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
         self._completion = CompletionSignal(
@@ -170,6 +177,7 @@ class AvatarSession(EventSource):
         self._desk = TurnDesk(
             config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
             guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
+            taps=self._taps,
         )  # fmt: skip
         self._endings = Endings(
             config=cfg, machine=machine, bus=self._bus, slot=self._slot,
@@ -198,6 +206,8 @@ class AvatarSession(EventSource):
         self._builder.listener = LinkListener(
             self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
         )
+        if telemetry is not None:
+            telemetry.attach(self)  # a subscriber of the bus and the taps; nothing else
 
     # -- introspection --------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -219,6 +229,12 @@ class AvatarSession(EventSource):
     @property
     def sticky_id(self) -> str:
         return self._sticky_id
+
+    @property
+    def taps(self) -> Taps:
+        """The session's internal observation points, for instrumentations
+        (``avatar_sdk.taps``; not a stable API)."""
+        return self._taps
 
     @property
     def avatar_audio(self) -> FanoutTrack | None:
@@ -373,6 +389,8 @@ class AvatarSession(EventSource):
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
+        if self._taps:
+            self._taps.emit(Point.INTERRUPT_SENT, {})
 
     @property
     def mic_enabled(self) -> bool:
@@ -435,3 +453,12 @@ class AvatarSession(EventSource):
             if self._machine.terminal:
                 return
         await self._endings.end("closed", None)
+
+
+def _describe(url: str, *, media: bool, video: bool) -> dict[str, Any]:
+    """What an instrumentation may say about the session: host, port and media mode (never
+    the path, query or credentials of the URL)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+    mode = "control" if not media else "audio_video" if video else "audio"
+    return {"server_address": parts.hostname or "", "server_port": port, "media": mode}

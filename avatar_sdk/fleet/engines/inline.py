@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from ..plan import WorkerAssignment
 from ..worker import Emit, run_worker
@@ -20,6 +21,9 @@ class InlineEngine:
 
     def __init__(self) -> None:
         self.stop = asyncio.Event()
+        #: The driver's ``Telemetry`` for a traced run (``run_fleet`` sets it): the
+        #: sessions run in the driver's process, with its providers.
+        self.telemetry: Any = None
 
     async def run(self, assignments: Sequence[WorkerAssignment], emit: Emit) -> None:
         """Until every session finished. Cancelled: every session closes and is reported
@@ -28,6 +32,6 @@ class InlineEngine:
         async with asyncio.TaskGroup() as tasks:
             for assignment in assignments:
                 tasks.create_task(
-                    run_worker(assignment, emit, stop=self.stop),
+                    run_worker(assignment, emit, stop=self.stop, telemetry=self.telemetry),
                     name=f"avatar-fleet:inline-worker-{assignment.worker}",
                 )
