@@ -55,7 +55,7 @@ async def main(mode: str) -> dict[str, Any]:
         facts["instrumented"] = telemetry.instrument(session)
         facts["taps_observed"] = bool(session.taps)
         await session.connect()
-        await session.wait_for("agent_turn_ended", 10)
+        await session.wait_for("agent_turn_ended", timeout=10)
         answered = session.expect("agent_turn_ended", timeout=10)
         await session.speak("hello")
         await answered

@@ -101,13 +101,13 @@ async def _run_eventful_session(
         config=FAST.with_(turn_confirm_timeout=0.3, tool_spiral_limit=0),
     )
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)  # the greeting (no turn of ours)
+    await session.wait_for("agent_turn_ended", timeout=3)  # the greeting (no turn of ours)
     slow = session.events("agent_text", max_queue=1)  # never read: it drops
     # 1. a malformed frame, a restarting agent
     protocol = session.expect("protocol_error", timeout=3)
     await staging.faults.malformed(In.AGENT_START_SPEECH)
     await protocol
-    restarted = session.expect("error", lambda e: e.data["code"] == "agent_restarted", 3)
+    restarted = session.expect("error", predicate=lambda e: e.data["code"] == "agent_restarted", timeout=3)
     await staging.faults.agent_crash(recoverable=True, restart_after=0.1)
     await restarted  # the next turn is held until the agent is back
     # 2. a tool call that waits for its acknowledgement
@@ -129,18 +129,18 @@ async def _run_eventful_session(
     conv.agent_down = False
     resent = session.expect("turn_resent", timeout=5)
     answered = session.expect(
-        "agent_turn_ended", lambda e: "are you there" in (e.data["speech_id"] or ""), 5
+        "agent_turn_ended", predicate=lambda e: "are you there" in (e.data["speech_id"] or ""), timeout=5
     )
     await staging.faults.drop_socket(recovery=True)
     await resent
     await answered
     # 4. a cold reconnect
-    cold = session.expect("reconnected", lambda e: e.data["tier"] == "cold", 10)
+    cold = session.expect("reconnected", predicate=lambda e: e.data["tier"] == "cold", timeout=10)
     await staging.faults.drop_socket(recovery=False)
     await cold
     # 5. one more turn
     answered = session.expect(
-        "agent_turn_ended", lambda e: "after the cold" in (e.data["speech_id"] or ""), 5
+        "agent_turn_ended", predicate=lambda e: "after the cold" in (e.data["speech_id"] or ""), timeout=5
     )
     await session.speak(USER_TEXTS[2])
     await answered
@@ -255,7 +255,7 @@ async def test_content_is_captured_only_when_asked(
         genie_url=staging.genie_url, telemetry=otel.telemetry(capture_content=True)
     )
     await session.connect()
-    await session.wait_for("agent_turn_ended", 3)
+    await session.wait_for("agent_turn_ended", timeout=3)
     staging.brain.tool_calls(['collect_contact {"field": "email"}'], then="Thanks, noted.")
     session.on_tool_call("collect_contact", lambda args, call: {"collected": args["field"]})
     answered = session.expect("agent_turn_ended", timeout=5)
@@ -302,7 +302,7 @@ async def test_voice_and_interrupted_turns(
 ) -> None:
     session = make_session(telemetry=otel.telemetry())
     await session.connect()
-    await session.wait_for("agent_talking", 3, lambda e: not e.data["talking"])
+    await session.wait_for("agent_talking", timeout=3, predicate=lambda e: not e.data["talking"])
     # a voice turn: the server hands the user's utterance to the brain
     answered = session.expect("agent_turn_ended", timeout=5)
     assert await staging.brain.voice_turn("what time is it") == 1
@@ -310,19 +310,19 @@ async def test_voice_and_interrupted_turns(
     # a typed turn cut by interrupt(), then one cut by the next turn
     staging.speech_time_scale = 4.0  # a word lasts 0.4 s: the answers are long
     staging.brain.reply(" ".join(f"word{i}" for i in range(20)))
-    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    talking = session.expect("agent_talking", predicate=lambda e: e.data["talking"], timeout=3)
     await session.speak("tell me a long story")
     await talking
     interrupted = session.expect("agent_interrupted", timeout=3)
     await session.interrupt()
     await interrupted
     staging.brain.reply(" ".join(f"word{i}" for i in range(20)))
-    talking = session.expect("agent_talking", lambda e: e.data["talking"], 3)
+    talking = session.expect("agent_talking", predicate=lambda e: e.data["talking"], timeout=3)
     await session.speak("another long one")
     await talking
     staging.speech_time_scale = 1.0
     answered = session.expect(
-        "agent_turn_ended", lambda e: "never mind" in (e.data["speech_id"] or ""), 10
+        "agent_turn_ended", predicate=lambda e: "never mind" in (e.data["speech_id"] or ""), timeout=10
     )
     await session.speak("never mind")
     await answered

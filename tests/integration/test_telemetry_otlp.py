@@ -49,7 +49,7 @@ async def test_spans_and_metrics_arrive_over_otlp_http(
         telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         session = make_session(telemetry=telemetry)
         await session.connect()
-        await session.wait_for("agent_turn_ended", 3)
+        await session.wait_for("agent_turn_ended", timeout=3)
         answered = session.expect("agent_turn_ended", timeout=5)
         await session.speak("hello over the wire")
         await answered
