@@ -18,8 +18,6 @@ import click
 
 from .._version import __version__
 from ..errors import AvatarError
-from ..testing import StagingServer
-from ..testing.control import CONTROL_PREFIX
 from . import exits
 from .fleet import command as fleet_command
 from .options import TOKEN_ENV, read_token
@@ -224,6 +222,11 @@ def diagram() -> None:
 async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
     """Run the staging backend until interrupted, with its HTTP control API
     (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    # Here, not at the top: the staging server pulls in aiortc, PyAV, Socket.IO and aiohttp
+    # (most of a second), which `avatar-sdk --help` and the other commands never need.
+    from ..testing import StagingServer  # noqa: PLC0415
+    from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415
+
     staging = StagingServer(
         host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
     )
