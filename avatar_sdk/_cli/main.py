@@ -18,6 +18,7 @@ import click
 
 from .._version import __version__
 from ..errors import AvatarError
+from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
 from .fleet import command as fleet_command
 from .options import TOKEN_ENV, read_token
@@ -35,7 +36,7 @@ def _configure_logging(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="avatar-sdk: %(levelname)s %(name)s: %(message)s")
     if not verbose:
-        for name in ("engineio", "socketio", "aioice", "aiortc"):
+        for name in ("engineio", "socketio", "aioice", "aiortc", SOCKETIO_LOGGER, ENGINEIO_LOGGER):
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
