@@ -23,6 +23,7 @@ from ..events.bus import EventSource
 from ..events.journal import Journal
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
+from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
 from ..redact import register_secret
 from ..transport.asr import UplinkTrack
@@ -197,6 +198,8 @@ class AvatarSession(EventSource):
         self._builder.listener = LinkListener(
             self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
         )
+        # Weakly: what test tooling asks to find a session left open (lifecycle/registry.py).
+        LIVE_SESSIONS.add(self, backend=self._url)
 
     # -- introspection --------------------------------------------------------------------
     def __repr__(self) -> str:
