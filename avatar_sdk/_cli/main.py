@@ -72,7 +72,11 @@ def main(*, verbose: bool) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help=f"Read the token from this file (default: the {TOKEN_ENV} environment variable).",
 )
-@click.option("--genie-url", metavar="URL", help="HTTP API base for tool ACKs and completion.")
+@click.option(
+    "--genie-url",
+    metavar="URL",
+    help="HTTP API base for tool ACKs and completion (default: the one the backend names).",
+)
 @click.option("--thread", "thread_id", metavar="ID", help="Resume this conversation thread.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event.")
 @click.option(
