@@ -177,8 +177,11 @@ async def close_left_open(servers: Iterable[StagingServer]) -> str | None:
     names = "; ".join(f"{session.sticky_id} {session!r}" for session in left)
     for session in left:
         # type(...).close: a test may have replaced the instance's close()
+        # bounded: a session of another event loop (a CLI run on a worker thread) cannot be
+        # closed from this one, and must not hang the teardown
         with best_effort(f"closing {session.sticky_id} left open by a test", log):
-            await type(session).close(session)
+            async with asyncio.timeout(session.config.close_timeout + LEAK_GRACE):
+                await type(session).close(session)
     return LEFT_OPEN.format(count=len(left), names=names)
 
 
