@@ -122,9 +122,9 @@ class WarningsOnly(logging.LoggerAdapter[logging.Logger]):
 
 
 def warnings_only(name: str) -> WarningsOnly:
-    """:class:`WarningsOnly` around ``logging.getLogger(name)``; e.g. for python-socketio:
-    ``AsyncClient(logger=warnings_only("socketio.client"),
-    engineio_logger=warnings_only("engineio.client"))``."""
+    """:class:`WarningsOnly` around ``logging.getLogger(name)``; e.g. for the staging
+    backend's python-socketio server: ``AsyncServer(logger=warnings_only("socketio.server"),
+    engineio_logger=warnings_only("engineio.server"))``."""
     return WarningsOnly(logging.getLogger(name), {})
 
 
