@@ -80,7 +80,9 @@ class AvatarSession(EventSource):
         :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
             genie calls, never logged or shown in a repr.
         :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
-            (None: neither is sent).
+            (None: the genie host paired with a known conversation host, or the one the
+            backend names in its join answer; without either, neither is sent and one INFO
+            line at connect says so: ``docs/lifecycle.md``).
         :param partner_id: the partner id the backend expects in the connection query.
         :param thread_id: continue an earlier conversation's memory; replayed on every join.
         :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
