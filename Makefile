@@ -17,15 +17,26 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Node socket.io 4.8 for the interop tests, installed from the project's own lock of versions.
+# Node.js and npm are prerequisites of `make test` (README, docs/testing.md): say so plainly.
 $(NODE_STAMP): tests/interop/node/package.json
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "make test needs Node.js (18+) and npm: the interop tests run a real Node socket.io" >&2; \
+	  echo "server. Install them (Debian/Ubuntu: sudo apt-get install nodejs npm; or https://nodejs.org)," >&2; \
+	  echo "then run make test again." >&2; exit 1; }
 	cd tests/interop/node && npm install --no-audit --no-fund --silent
 	@touch $(NODE_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m avatar_sdk._cli demo
 
+# pytest-xdist workers: twice the CPUs this process may use (capped at 16). Most tests wait on
+# sockets and timers rather than compute, so more workers than cores shortens the run (2 cores:
+# 4 workers); `-n auto` (one per core) would leave them idle while they wait. Override with
+# `make test TEST_WORKERS=N`.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
+
 test: $(STAMP) $(NODE_STAMP)
-	$(PY) -m pytest -q -m 'not slow' -n 4
+	$(PY) -m pytest -q -m 'not slow' -n $(TEST_WORKERS)
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
 # .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
@@ -36,7 +47,7 @@ MATRIX ?= 3.12 3.13
 test-matrix: $(NODE_STAMP) $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow'"; \
-	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n 4; \
+	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n $(TEST_WORKERS); \
 	done
 
 .venv-%/.installed: pyproject.toml

@@ -21,8 +21,15 @@
   ``socketio.client`` / ``engineio.client`` loggers the first time a client is built (level
   ERROR and a ``StreamHandler`` of their own, so an application's handlers print their
   errors twice and its levels are overridden). The SDK therefore hands them a logger
-  object instead, :func:`warnings_only`: their per-packet INFO lines are dropped, their
-  warnings and errors reach the application's configuration like any other record.
+  object instead. The staging server's get :func:`warnings_only`: their per-packet INFO
+  lines are dropped, their warnings and errors reach the application's configuration like
+  any other record. The SDK's own clients get :func:`library_log`: records under the
+  SDK's names :data:`SOCKETIO_LOGGER` / :data:`ENGINEIO_LOGGER`, INFO chatter dropped, and a
+  warning the SDK expected re-emitted at DEBUG. Every normal close used to print
+  ``WARNING engineio.client: Server sent close packet data None, aborting`` (the server
+  answering the client's own disconnect); while the client is closing, or once it knows
+  why the connection ended (and reports it itself), such a warning is news to no one.
+  Warnings nobody expected (a server that closes a live connection) stay warnings.
 * A child process the SDK starts (a fleet worker, a Ray actor, the staging process) copies
   the parent's levels of :data:`MIRRORED_LOGGERS` (:func:`logger_levels`, then
   :func:`set_logger_levels` in the child), so a CLI that quiets the stack's chatter quiets
@@ -36,19 +43,23 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from .redact import REDACTING_FILTER
 
 __all__ = [
+    "ENGINEIO_LOGGER",
     "MACHINE_NAME",
     "MACHINE_NOISE",
     "MIRRORED_LOGGERS",
     "NOISY_LOGGERS",
+    "SOCKETIO_LOGGER",
+    "LibraryLog",
     "MachineNoiseFilter",
     "WarningsOnly",
     "install",
+    "library_log",
     "logger_levels",
     "sdk_logger",
     "set_logger_levels",
@@ -111,15 +122,59 @@ class WarningsOnly(logging.LoggerAdapter[logging.Logger]):
 
 
 def warnings_only(name: str) -> WarningsOnly:
-    """:class:`WarningsOnly` around ``logging.getLogger(name)``; e.g. for python-socketio:
-    ``AsyncClient(logger=warnings_only("socketio.client"),
-    engineio_logger=warnings_only("engineio.client"))``."""
+    """:class:`WarningsOnly` around ``logging.getLogger(name)``; e.g. for the staging
+    backend's python-socketio server: ``AsyncServer(logger=warnings_only("socketio.server"),
+    engineio_logger=warnings_only("engineio.server"))``."""
     return WarningsOnly(logging.getLogger(name), {})
+
+
+#: Where the records of the SDK's own Socket.IO / Engine.IO clients go (:func:`library_log`).
+SOCKETIO_LOGGER: Final = "avatar_sdk.transport.socketio"
+ENGINEIO_LOGGER: Final = "avatar_sdk.transport.engineio"
+
+
+class LibraryLog(logging.LoggerAdapter[logging.Logger]):
+    """The logger object (``logger=``) of one library client the SDK owns.
+
+    Below WARNING: dropped before formatting (per-packet chatter). WARNING: forwarded, unless
+    ``expected()`` holds at that moment, when it is re-emitted at DEBUG. ERROR and above:
+    forwarded. Nothing global is changed: the wrapped logger keeps the application's level,
+    handlers and propagation."""
+
+    def __init__(self, logger: logging.Logger, expected: Callable[[], bool]) -> None:
+        super().__init__(logger, {})
+        self._expected = expected
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level >= logging.WARNING and self.logger.isEnabledFor(logging.DEBUG)
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level < logging.WARNING:
+            return
+        if level == logging.WARNING and self._expected():
+            level = logging.DEBUG
+        if self.logger.isEnabledFor(level):
+            msg, options = self.process(msg, kwargs)
+            self.logger.log(level, msg, *args, **options)
+
+
+def library_log(name: str, expected: Callable[[], bool]) -> LibraryLog:
+    """:class:`LibraryLog` on the SDK logger ``name`` (with the redacting filter)."""
+    return LibraryLog(sdk_logger(name), expected)
 
 
 #: Loggers whose level a child process copies from its parent (the SDK's own and the
 #: stack under it: Socket.IO, WebRTC, HTTP).
-MIRRORED_LOGGERS: Final = ("avatar_sdk", "engineio", "socketio", "aioice", "aiortc", "aiohttp")
+MIRRORED_LOGGERS: Final = (
+    "avatar_sdk",
+    SOCKETIO_LOGGER,
+    ENGINEIO_LOGGER,
+    "engineio",
+    "socketio",
+    "aioice",
+    "aiortc",
+    "aiohttp",
+)
 
 
 def logger_levels() -> dict[str, int]:

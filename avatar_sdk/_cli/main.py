@@ -18,8 +18,7 @@ import click
 
 from .._version import __version__
 from ..errors import AvatarError
-from ..testing import StagingServer
-from ..testing.control import CONTROL_PREFIX
+from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
 from .fleet import command as fleet_command
 from .options import TOKEN_ENV, read_token
@@ -37,7 +36,7 @@ def _configure_logging(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="avatar-sdk: %(levelname)s %(name)s: %(message)s")
     if not verbose:
-        for name in ("engineio", "socketio", "aioice", "aiortc"):
+        for name in ("engineio", "socketio", "aioice", "aiortc", SOCKETIO_LOGGER, ENGINEIO_LOGGER):
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -73,7 +72,11 @@ def main(*, verbose: bool) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help=f"Read the token from this file (default: the {TOKEN_ENV} environment variable).",
 )
-@click.option("--genie-url", metavar="URL", help="HTTP API base for tool ACKs and completion.")
+@click.option(
+    "--genie-url",
+    metavar="URL",
+    help="HTTP API base for tool ACKs and completion (default: the one the backend names).",
+)
 @click.option("--thread", "thread_id", metavar="ID", help="Resume this conversation thread.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per event.")
 @click.option(
@@ -224,6 +227,11 @@ def diagram() -> None:
 async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
     """Run the staging backend until interrupted, with its HTTP control API
     (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    # Here, not at the top: the staging server pulls in aiortc, PyAV, Socket.IO and aiohttp
+    # (most of a second), which `avatar-sdk --help` and the other commands never need.
+    from ..testing import StagingServer  # noqa: PLC0415
+    from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415
+
     staging = StagingServer(
         host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
     )

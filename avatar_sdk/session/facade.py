@@ -24,11 +24,11 @@ from ..events.bus import EventSource
 from ..events.journal import Journal
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
+from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
 from ..redact import register_secret
 from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
-from ..transport.genie import GenieClient
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
 from ..transport.stv import FanoutTrack
@@ -37,6 +37,7 @@ from ..urls import check_url
 from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 from .conversation import ConversationView
 from .endings import Endings
+from .genie_host import GenieHost
 from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
@@ -82,8 +83,10 @@ class AvatarSession(EventSource):
             ``wss://``: a Socket.IO server is reached from either).
         :param token: its auth token; sent only in the Socket.IO CONNECT, the ``join`` and
             genie calls, never logged or shown in a repr.
-        :param genie_url: HTTP API base (``https://``) for tool acknowledgements and
-            ``session_completed`` (None: neither is sent).
+        :param genie_url: HTTP API base for tool acknowledgements and ``session_completed``
+            (None: the genie host paired with a known conversation host, or the one the
+            backend names in its join answer; without either, neither is sent and one INFO
+            line at connect says so: ``docs/lifecycle.md``).
         :param partner_id: the partner id the backend expects in the connection query.
         :param thread_id: continue an earlier conversation's memory; replayed on every join.
         :param audio: an aiortc audio track for the uplink (``avatar_sdk.media``: tone,
@@ -113,7 +116,6 @@ class AvatarSession(EventSource):
         register_secret(token)
         insecure = allow_insecure_transport
         self._url = check_url(url, allow_insecure=insecure, what="url", kind="socket")
-        genie = genie_url and check_url(genie_url, allow_insecure=insecure, what="genie_url")
         tls = client_context(ssl, ca_file, allow_insecure=insecure)
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
@@ -164,7 +166,10 @@ class AvatarSession(EventSource):
         )
         self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock, taps=self._taps)
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
-        self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
+        self._genie_host = GenieHost(
+            self._url, genie_url, token=token, ssl_context=tls, allow_insecure=insecure
+        )
+        self._genie = self._genie_host.client
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
@@ -206,6 +211,8 @@ class AvatarSession(EventSource):
         self._builder.listener = LinkListener(
             self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
         )
+        # Weakly: what test tooling asks to find a session left open (lifecycle/registry.py).
+        LIVE_SESSIONS.add(self, backend=self._url)
         if telemetry is not None:
             telemetry.attach(self)  # a subscriber of the bus and the taps; nothing else
 
@@ -316,6 +323,7 @@ class AvatarSession(EventSource):
         self._machine.fire("start")
         try:
             await self._recovery.admit(self._machine.fire, retry)
+            self._adopt_genie()
             self._machine.fire("approved")
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -334,6 +342,14 @@ class AvatarSession(EventSource):
         self._stats.connect_duration = duration
         self._start_watch()
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+
+    def _adopt_genie(self) -> None:
+        """A genie host the backend named at join, when none was given (genie_host.py)."""
+        link = self._slot.current
+        result = link.result if link is not None else None
+        genie = self._genie_host.after_join(result.client_configuration if result else None)
+        if genie is not None:
+            self._genie = self._completion.genie = self._endings.genie = genie
 
     def _start_watch(self) -> None:
         cfg, spawn = self.config, self._supervisor.spawn

@@ -21,6 +21,7 @@ hierarchical machine uses ``/`` because ``stv_session`` itself contains an under
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -88,6 +89,14 @@ TAKES_TURNS: Final = ("reconnecting", "cold_reconnecting", "queued", *USABLE)
 LINK_RECOVERING: Final = ("reconnecting", "cold_reconnecting")
 #: A connect sequence runs on the current link (the first one, or a cold rebuild's).
 HANDSHAKING: Final = ("connecting", "cold_reconnecting")
+#: States out of the ordinary course of a session: a transition into or out of one is logged
+#: at INFO (a recovery, a capacity wait, a failure is news to an operator); every other one
+#: (the connect steps, connected, a pause, the normal end) at DEBUG, so that a session that
+#: goes as expected adds nothing to an application's INFO logs (issue 18: "a quiet library").
+#: ``state_changed`` reports every one of them either way.
+NOTEWORTHY: Final = frozenset(
+    {"reconnecting", "recovering_media", "cold_reconnecting", "queued", "failed"}
+)
 
 # (trigger, source(s), destination[, condition]). The only transitions that exist. A
 # condition names a MachineData flag; the first declared transition whose condition holds wins.
@@ -163,6 +172,12 @@ def step_timeout(config: SessionConfig, event: str) -> tuple[float, ErrorCode]:
 
 def public_name(internal: str) -> str:
     return internal.replace("/", "_")
+
+
+def transition_log_level(previous: str, current: str) -> int:
+    """The level of a transition's log line: INFO into or out of a :data:`NOTEWORTHY`
+    state, DEBUG otherwise."""
+    return logging.INFO if NOTEWORTHY.intersection((previous, current)) else logging.DEBUG
 
 
 # -- decisions (pure) -------------------------------------------------------------------------
@@ -479,7 +494,8 @@ class SessionMachine:
         current = self.state
         trigger = str(event.event.name)
         self.history.append((previous, current, trigger))
-        log.info("state %s -> %s (%s)", previous, current, trigger)
+        level = transition_log_level(previous, current)
+        log.log(level, "state %s -> %s (%s)", previous, current, trigger)
         if self._on_change is not None:
             self._on_change(current, previous, trigger)
 

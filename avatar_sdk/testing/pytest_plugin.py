@@ -12,6 +12,11 @@
 * ``avatar_session_factory``: ``await avatar_session_factory(config=..., staging=...)`` for
   several sessions (``connect=False``, ``greeted=False`` to stop earlier), each closed and
   leak-checked the same way.
+* Sessions a test builds itself: when ``staging`` (or a ``staging_factory`` backend) is
+  stopped after the test, every ``AvatarSession`` built for that backend must be closed
+  (or never connected, or failed). One still open fails the test, named by its sticky id
+  and repr (never the token), and is closed by the plugin, so the next test starts clean.
+  A test that failed already is not failed twice: its sessions are closed all the same.
 
 The fixtures are async: they need pytest-asyncio (``pip install 'avatar-sdk[testing]'``),
 and either ``asyncio_mode = "auto"`` or ``@pytest.mark.asyncio`` on each test; the plugin
@@ -23,11 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from ..besteffort import best_effort
+from ..logs import sdk_logger
 from .leaks import LeakCheck
 
 if TYPE_CHECKING:
@@ -68,6 +77,24 @@ GREETING_TIMEOUT = 10.0
 SessionFactory = Callable[..., Awaitable["AvatarSession"]]
 StagingFactory = Callable[..., Awaitable["StagingServer"]]
 
+log = sdk_logger(__name__)
+
+#: States in which a session holds nothing open (never connected, or ended either way).
+CLOSED_STATES = frozenset({"idle", "ended", "failed"})
+
+LEFT_OPEN = (
+    "{count} AvatarSession left open by the test, never closed: {names} (closed by the plugin)"
+)
+
+#: Host names under which a test may address a staging backend bound on loopback.
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+#: Sessions the plugin's own session fixtures made and will close and check themselves.
+#: Not the test's to close: skipped when a backend stops first (``avatar_session_factory(
+#: staging=other)`` makes a session on a ``staging_factory`` backend that may be torn down
+#: before the session fixture is).
+_OWNED: weakref.WeakSet[AvatarSession] = weakref.WeakSet()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "staging: uses the embedded StagingServer")
@@ -106,6 +133,70 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(STRICT_MODE.format(test=item.nodeid), pytrace=False)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember whether the test itself failed (its fixtures' teardown reads it)."""
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+def _serves(server: StagingServer, backend: str) -> bool:
+    """Whether a session built for ``backend`` talks to ``server``."""
+    try:
+        parts = urlsplit(backend)
+        port = parts.port
+    except ValueError:
+        return False
+    hosts = {server.host, server.advertise_host, *(_LOOPBACK if server.host in _LOOPBACK else ())}
+    return port == server.port and parts.hostname in hosts
+
+
+async def close_left_open(servers: Iterable[StagingServer]) -> str | None:
+    """Close every session built for one of ``servers`` that is still open; the failure
+    message naming them (None: there were none). Run before the servers stop, so that each
+    close is the normal one (the backend sees the disconnect, the completion is sent)."""
+    from ..lifecycle.registry import LIVE_SESSIONS  # noqa: PLC0415 - lazy: the plugin stays cheap
+
+    servers = list(servers)
+    left = [
+        session
+        for session, entry in LIVE_SESSIONS.sessions()
+        if session.state not in CLOSED_STATES
+        and session not in _OWNED
+        and any(_serves(s, entry.backend) for s in servers)
+    ]
+    if not left:
+        return None
+    names = "; ".join(f"{session.sticky_id} {session!r}" for session in left)
+    for session in left:
+        # type(...).close: a test may have replaced the instance's close()
+        # bounded: a session of another event loop (a CLI run on a worker thread) cannot be
+        # closed from this one, and must not hang the teardown
+        with best_effort(f"closing {session.sticky_id} left open by a test", log):
+            async with asyncio.timeout(session.config.close_timeout + LEAK_GRACE):
+                await type(session).close(session)
+    return LEFT_OPEN.format(count=len(left), names=names)
+
+
+async def _stop_checked(request: pytest.FixtureRequest, servers: list[StagingServer]) -> None:
+    """After the test: close what it left open on ``servers``, stop them, then fail the
+    test for what it left open (unless it failed on its own already)."""
+    try:
+        left = await close_left_open(servers)
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+    if left is not None and not request.node.stash.get(_CALL_FAILED, False):
+        pytest.fail(left, pytrace=False)
+
+
 class _Sessions:
     """The sessions one test made: built against a staging backend, all closed at the end,
     then checked for leaks."""
@@ -136,6 +227,7 @@ class _Sessions:
         kwargs.setdefault("genie_url", backend.genie_url)
         session = AvatarSession(backend.url, backend.token, **kwargs)
         self.made.append(session)
+        _OWNED.add(session)
         if connect:
             # Registered before connecting: the greeting may end before connect() returns.
             greeting = session.expect("agent_turn_ended") if greeted else None
@@ -149,6 +241,7 @@ class _Sessions:
         """Close every session, then fail the test if anything of theirs is still open."""
         for session in self.made:
             await session.close()
+            _OWNED.discard(session)
         leaks = await self.check.settle(LEAK_GRACE)
         if leaks:
             # Reported, then released for real (a test may have replaced close()), so one
@@ -163,8 +256,9 @@ class _Sessions:
 if pytest_asyncio is not None:
 
     @pytest_asyncio.fixture
-    async def staging() -> AsyncIterator[StagingServer]:
-        """A running staging backend for one test."""
+    async def staging(request: pytest.FixtureRequest) -> AsyncIterator[StagingServer]:
+        """A running staging backend for one test. Stopped afterwards; a session built
+        for it and still open by then fails the test (and is closed)."""
         from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         server = StagingServer()
@@ -172,12 +266,13 @@ if pytest_asyncio is not None:
         try:
             yield server
         finally:
-            await server.stop()
+            await _stop_checked(request, [server])
 
     @pytest_asyncio.fixture
-    async def staging_factory() -> AsyncIterator[StagingFactory]:
+    async def staging_factory(request: pytest.FixtureRequest) -> AsyncIterator[StagingFactory]:
         """``await staging_factory(**options)``: a started ``StagingServer(**options)``
-        (``audio_only``, ``recovery_window``, ``ssl_context``...); all stopped afterwards."""
+        (``audio_only``, ``recovery_window``, ``ssl_context``...); all stopped afterwards,
+        checked like ``staging``."""
         from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         servers: list[StagingServer] = []
@@ -191,8 +286,7 @@ if pytest_asyncio is not None:
         try:
             yield make
         finally:
-            for server in reversed(servers):
-                await server.stop()
+            await _stop_checked(request, servers)
 
     @pytest_asyncio.fixture
     async def avatar_session_factory(staging: StagingServer) -> AsyncIterator[SessionFactory]:

@@ -28,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from ..besteffort import best_effort
 from ..logs import sdk_logger
+from ..transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
 from ..wire.names import In, Out
 from .brain import Brain
 from .control import control_routes
@@ -36,6 +37,9 @@ from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
+
+#: Where this server serves the genie API (``genie_url`` is the base URL plus this path).
+GENIE_PATH = "/genie"
 
 log = sdk_logger(__name__)
 
@@ -57,6 +61,7 @@ class StagingServer:
         advertise_host: str | None = None,
         control_api: bool = False,
         asr_report_interval: float | None = None,
+        advertise_genie: bool = True,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -68,8 +73,12 @@ class StagingServer:
         HTTP control API (:mod:`.control`) for clients in other languages.
         ``asr_report_interval``: how often the ASR peers send RTCP receiver reports (None:
         aiortc's 0.5-1.5 s; seconds; ``math.inf``: never), also ``staging.media.
-        asr_report_interval`` at run time (see :class:`.media.StagingMedia`)."""
+        asr_report_interval`` at run time (see :class:`.media.StagingMedia`).
+        ``advertise_genie``: name the genie API (``/genie`` on this server) in the join
+        answer (``clientConfiguration.genieUrl``, which the SDK reads when no ``genie_url``
+        was given); False answers like a backend that does not."""
         self.host = host
+        self.advertise_genie = advertise_genie
         self.advertise_host = advertise_host
         self.control_api = control_api
         self.ssl_context = ssl_context
@@ -114,8 +123,8 @@ class StagingServer:
     async def start(self) -> StagingServer:
         app = web.Application()
         self.sio.attach(app, socketio_path="socket.io")
-        app.router.add_post("/genie/thread/session_completed", self._session_completed)
-        app.router.add_post("/genie/assistant/tool_response", self._tool_response)
+        app.router.add_post(GENIE_PATH + SESSION_COMPLETED_PATH, self._session_completed)
+        app.router.add_post(GENIE_PATH + TOOL_RESPONSE_PATH, self._tool_response)
         app.router.add_get("/healthz", self._healthz)
         self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
@@ -242,7 +251,7 @@ class StagingServer:
 
     @property
     def genie_url(self) -> str:
-        return f"{self._scheme}://{self.host}:{self.port}/genie"
+        return f"{self._scheme}://{self.host}:{self.port}{GENIE_PATH}"
 
     @property
     def _scheme(self) -> str:
@@ -355,6 +364,8 @@ class StagingServer:
                     "interruptionsEnabled": True,
                     "pauseConversationEnabled": True,
                     "agentPersonaName": "Staging Avatar",
+                    # a path on this server: right under whatever name the client used
+                    **({ADVERTISED_FIELD: GENIE_PATH} if self.advertise_genie else {}),
                 }
             },
         )

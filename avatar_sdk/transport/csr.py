@@ -51,7 +51,7 @@ from socketio import packet as sio_packet
 
 from ..besteffort import best_effort
 from ..clock import SYSTEM_CLOCK
-from ..logs import sdk_logger, warnings_only
+from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER, library_log, sdk_logger
 from ..wire.disconnect import (
     IO_CLIENT_DISCONNECT,
     IO_SERVER_DISCONNECT,
@@ -138,9 +138,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         ``now``: what stamps ``last_receive`` (a session passes its clock's reader)."""
         kwargs.setdefault("reconnection", False)  # the session machine decides, not the library
         # python-socketio's default (False) installs a handler and a level on the global
-        # logger; a warnings-only logger object leaves the user's logging config alone.
-        kwargs.setdefault("logger", warnings_only("socketio.client"))
-        kwargs.setdefault("engineio_logger", warnings_only("engineio.client"))
+        # logger; a logger object of the SDK's leaves the user's logging config alone, and
+        # turns the warnings of a close the SDK is making (or already knows the reason of)
+        # into DEBUG lines: see avatar_sdk.logs.
+        kwargs.setdefault("logger", library_log(SOCKETIO_LOGGER, self._ending_is_known))
+        kwargs.setdefault("engineio_logger", library_log(ENGINEIO_LOGGER, self._ending_is_known))
         kwargs.setdefault("handle_sigint", False)
         if max_message_size is not None:
             options = dict(kwargs.get("websocket_extra_options") or {})
@@ -168,6 +170,14 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
 
     def _engineio_client_class(self) -> type[engineio.AsyncClient]:
         return _EngineIOClient
+
+    def _ending_is_known(self) -> bool:
+        """True while the connection is ending in a way the SDK knows and reports itself: it
+        is closing or aborting it, or it has the reason already (the server's DISCONNECT).
+        engine.io's "Server sent close packet data None, aborting" after our own DISCONNECT
+        is the answer to it, not news: its warnings are then logged at DEBUG."""
+        # getattr: engine.io may log while this object is still being built
+        return bool(getattr(self, "_closing", False) or getattr(self, "disconnect_reason", None))
 
     # -- outgoing ---------------------------------------------------------------------------
     async def _csr_auth(self) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
@@ -16,6 +17,55 @@ from ..redact import register_secret
 from .tls import connector, tls_failure
 
 log = sdk_logger(__name__)
+
+#: Conversation hosts whose genie host is known: the reference client pairs its default
+#: conversation host with this genie host (its ``DEFAULT_CM_URL`` / ``DEFAULT_GENIE_URL``,
+#: the ``nvp1`` region). Other hosts are not guessed: the token goes only where the caller
+#: or its own backend says.
+KNOWN_GENIE_HOSTS: Final = {
+    "conversation.avatar.us.kaltura.ai": "https://genie.nvp1.ovp.kaltura.com",
+}
+
+#: The ``clientConfiguration`` field in which a backend may name its genie host (absolute,
+#: or a path on the conversation host). The staging backend sends it; the SDK reads it.
+ADVERTISED_FIELD: Final = "genieUrl"
+
+
+def known_genie_url(url: str) -> str | None:
+    """The genie host paired with conversation URL ``url``, when it is a known one."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    return KNOWN_GENIE_HOSTS.get(host or "")
+
+
+def advertised_genie_url(url: str, client_configuration: Any) -> str | None:
+    """The genie URL a backend named in its join answer, resolved against the conversation
+    URL ``url``; None when absent or not acceptable. Accepted: the conversation host itself
+    (same scheme, host and port; a path such as ``/genie`` is on it by construction) or the
+    known genie host of that conversation host. The token is sent there, so a backend may
+    not point it at a third host."""
+    if not isinstance(client_configuration, dict):
+        return None
+    value = client_configuration.get(ADVERTISED_FIELD)
+    if not isinstance(value, str) or not value.strip() or len(value) > 2048:
+        return None
+    try:
+        resolved = urljoin(url.rstrip("/") + "/", value.strip())
+        theirs, ours = urlsplit(resolved), urlsplit(url)
+        same_origin = (theirs.scheme, theirs.hostname, theirs.port) == (
+            ours.scheme,
+            ours.hostname,
+            ours.port,
+        )
+    except ValueError:
+        return None
+    known = known_genie_url(url)
+    if same_origin or (known is not None and resolved.rstrip("/") == known):
+        return resolved.rstrip("/")
+    return None
+
 
 SESSION_COMPLETED_PATH = "/thread/session_completed"
 TOOL_RESPONSE_PATH = "/assistant/tool_response"

@@ -107,7 +107,9 @@ async def _run_eventful_session(
     protocol = session.expect("protocol_error", timeout=3)
     await staging.faults.malformed(In.AGENT_START_SPEECH)
     await protocol
-    restarted = session.expect("error", predicate=lambda e: e.data["code"] == "agent_restarted", timeout=3)
+    restarted = session.expect(
+        "error", predicate=lambda e: e.data["code"] == "agent_restarted", timeout=3
+    )
     await staging.faults.agent_crash(recoverable=True, restart_after=0.1)
     await restarted  # the next turn is held until the agent is back
     # 2. a tool call that waits for its acknowledgement
@@ -129,7 +131,9 @@ async def _run_eventful_session(
     conv.agent_down = False
     resent = session.expect("turn_resent", timeout=5)
     answered = session.expect(
-        "agent_turn_ended", predicate=lambda e: "are you there" in (e.data["speech_id"] or ""), timeout=5
+        "agent_turn_ended",
+        predicate=lambda e: "are you there" in (e.data["speech_id"] or ""),
+        timeout=5,
     )
     await staging.faults.drop_socket(recovery=True)
     await resent
@@ -140,7 +144,9 @@ async def _run_eventful_session(
     await cold
     # 5. one more turn
     answered = session.expect(
-        "agent_turn_ended", predicate=lambda e: "after the cold" in (e.data["speech_id"] or ""), timeout=5
+        "agent_turn_ended",
+        predicate=lambda e: "after the cold" in (e.data["speech_id"] or ""),
+        timeout=5,
     )
     await session.speak(USER_TEXTS[2])
     await answered
@@ -322,7 +328,9 @@ async def test_voice_and_interrupted_turns(
     await talking
     staging.speech_time_scale = 1.0
     answered = session.expect(
-        "agent_turn_ended", predicate=lambda e: "never mind" in (e.data["speech_id"] or ""), timeout=10
+        "agent_turn_ended",
+        predicate=lambda e: "never mind" in (e.data["speech_id"] or ""),
+        timeout=10,
     )
     await session.speak("never mind")
     await answered

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 from transitions.extensions.nesting import HierarchicalMachine
 
-from avatar_sdk.logs import MACHINE_NAME, MACHINE_NOISE, NOISY_LOGGERS, install, warnings_only
-from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.logs import (
+    MACHINE_NAME,
+    MACHINE_NOISE,
+    NOISY_LOGGERS,
+    install,
+    library_log,
+    warnings_only,
+)
+from avatar_sdk.redact import REDACTING_FILTER
+from avatar_sdk.session.machine import SessionMachine, transition_log_level
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +81,8 @@ def test_install_is_idempotent_and_changes_no_level() -> None:
 
 
 def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO)
+    # DEBUG: the SDK's own line for a transition of the ordinary course is a DEBUG line
+    caplog.set_level(logging.DEBUG)
     machine = SessionMachine(strict=True)
     machine.fire("start")
     assert machine.state == "connecting_socket"
@@ -210,3 +219,31 @@ def test_every_sdk_logger_scrubs_a_registered_secret() -> None:
     loggers, redacted, leaked = map(int, result.stdout.split())
     assert loggers > 20  # every module's logger was looked at
     assert (redacted, leaked) == (loggers, 0)
+
+
+def test_library_log_downgrades_only_what_is_expected(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    expected = False
+    adapter = library_log("avatar_sdk.transport.engineio", lambda: expected)
+    adapter.info("Sending packet %s", "PING")  # per-packet chatter: dropped
+    adapter.warning("Server sent close packet data %s, aborting", 1000)
+    expected = True
+    adapter.warning("Server sent close packet data %s, aborting", None)
+    adapter.error("packet queue is empty, aborting")  # an error is never downgraded
+    records = [r for r in caplog.records if r.name == "avatar_sdk.transport.engineio"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.WARNING, "Server sent close packet data 1000, aborting"),
+        (logging.DEBUG, "Server sent close packet data None, aborting"),
+        (logging.ERROR, "packet queue is empty, aborting"),
+    ]
+    # the SDK's logger carries the redacting filter, like every SDK module's
+    assert REDACTING_FILTER in logging.getLogger("avatar_sdk.transport.engineio").filters
+
+
+def test_only_noteworthy_transitions_log_at_info() -> None:
+    assert transition_log_level("connecting_approving", "connected") == logging.DEBUG
+    assert transition_log_level("connected", "disconnecting") == logging.DEBUG
+    assert transition_log_level("disconnecting", "ended") == logging.DEBUG
+    assert transition_log_level("connected", "reconnecting") == logging.INFO
+    assert transition_log_level("reconnecting", "connected") == logging.INFO
+    assert transition_log_level("connecting_joining", "failed") == logging.INFO
