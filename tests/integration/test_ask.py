@@ -45,7 +45,9 @@ async def test_the_naive_loop_takes_the_greeting_for_the_first_answer(
     session = make_session()
     got: list[str] = []
     words: list[str] = []
-    session.on("agent_text", lambda e: words.append(e.data["content"]) if e.data["spoken"] else None)
+    session.on(
+        "agent_text", lambda e: words.append(e.data["content"]) if e.data["spoken"] else None
+    )
     interrupted = record(session, "agent_interrupted")
     async with session:
         for question in QUESTIONS:

@@ -140,7 +140,9 @@ def test_a_continuation_adds_its_turn_id() -> None:
     match = ReplyMatch()
     match.sent("Hello?", at=0.0)
     feed(match, turn(HELLO, "t1", ["a"], at=0.1)[:4])
-    match.feed("agent_speech_started", {"speech_id": HELLO, "turn_id": "t1x", "is_new_turn": False}, 1)
+    match.feed(
+        "agent_speech_started", {"speech_id": HELLO, "turn_id": "t1x", "is_new_turn": False}, 1
+    )
     assert match.turn_ids == ["t1", "t1x"]
 
 
