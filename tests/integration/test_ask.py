@@ -17,6 +17,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode, Event, Reply, SpeechHandle
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.conversation import Conversation
 
 from .conftest import FAST, HANG_GUARD, SessionFactory, until
 
@@ -227,8 +228,6 @@ async def test_connect_waiting_for_a_greeting_that_never_comes_returns(
 ) -> None:
     """An agent that does not greet: no greeting begins within ``agent_timeout`` (FAST:
     0.5 s) of the approval, and ``connect()`` returns; a first ask is answered at once."""
-    from avatar_sdk.testing.conversation import Conversation
-
     original = Conversation.start_turn
 
     def no_greeting(self: Conversation, trigger: str, user_text: str, **kw: Any) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-import textwrap
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,18 +28,20 @@ def turn(
     speech_id: str | None, turn_id: str, words: list[str], *, at: float
 ) -> list[tuple[str, dict[str, Any], float]]:
     """The public events of one spoken agent turn, from ``at``, 0.1 s apart."""
+    ids = {"speech_id": speech_id, "turn_id": turn_id}
+
+    def text(kind: str, content: str, spoken: bool) -> tuple[str, dict[str, Any]]:
+        return ("agent_text", {**ids, "type": kind, "content": content, "spoken": spoken})
+
     events: list[tuple[str, dict[str, Any]]] = [
-        ("agent_speech_started", {"speech_id": speech_id, "turn_id": turn_id, "is_new_turn": True}),
-        ("agent_text", {"speech_id": speech_id, "turn_id": turn_id, "type": "think", "content": "", "spoken": False}),
-        ("agent_text", {"speech_id": speech_id, "turn_id": turn_id, "type": "tool", "content": "x {}", "spoken": False}),
-        *[
-            ("agent_text", {"speech_id": speech_id, "turn_id": turn_id, "type": "avatar", "content": w, "spoken": True})
-            for w in words
-        ],
+        ("agent_speech_started", {**ids, "is_new_turn": True}),
+        text("think", "", False),
+        text("tool", "x {}", False),
+        *[text("avatar", w, True) for w in words],
         ("agent_talking", {"talking": True}),
-        ("agent_turn_ended", {"speech_id": speech_id, "turn_id": turn_id}),
+        ("agent_turn_ended", ids),
         ("agent_talking", {"talking": False}),
-    ]  # fmt: skip
+    ]
     return [(name, data, at + 0.1 * i) for i, (name, data) in enumerate(events)]
 
 
