@@ -457,10 +457,12 @@ class AvatarSession(EventSource):
     async def _until_floor(self, deadline: float) -> None:
         """Until a question would not cut an agent turn short: past the greeting due after
         approval (it begins within ``agent_timeout``, or never will), then until no agent
-        turn is generating or being said. ``TimeoutError`` at ``deadline``."""
+        turn is generating or being said (with media, and its voice quiet here: at most a
+        second more). ``TimeoutError`` at ``deadline``."""
         desk = self._desk
         await desk.past_expected(limit=max(0.0, deadline - self._clock.monotonic()))
         await self._replies.until_free(deadline, lambda: desk.gate.phase == "open")
+        await self._replies.until_quiet(deadline)  # media: its last audio arrived here too
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""

@@ -262,7 +262,7 @@ class ReplyMatch:
 
     def audio(self, at: float) -> None:
         """The first audible avatar frame after the send (an :class:`Onset`)."""
-        if self.audio_at is None and self.adopted:
+        if self.audio_at is None and self.sent_at is not None and at >= self.sent_at:
             self.audio_at = at
 
     def settle(self, at: float) -> None:

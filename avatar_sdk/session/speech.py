@@ -45,6 +45,10 @@ REPLY_EVENTS: Final = (
 )
 #: An avatar audio frame louder than this RMS (full scale 1.0) is speech.
 AUDIBLE_RMS: Final = 0.01
+#: Quiet avatar frames in a row that mean its voice is over on this side (100 ms of 20 ms
+#: frames): the media path lags the control channel, so a reply said to its end on the
+#: server may still be heard here for a jitter buffer or so.
+QUIET_FRAMES: Final = 5
 
 
 class SpeechHandle:
@@ -257,6 +261,8 @@ class Replies:
         self._numbers = itertools.count(1)
         self._ended: AvatarError | None = None
         self._audio = audio
+        self._quiet_run: int | None = None  # counting quiet frames while an ask waits
+        self._quiet = asyncio.Event()
         for name in REPLY_EVENTS:
             on(name, self._on_event)
         on("turn_resent", self._on_resent)
@@ -320,6 +326,23 @@ class Replies:
                 clock, left if recheck is None else min(left, recheck), self._floor_changed
             )
 
+    async def until_quiet(self, deadline: float) -> None:
+        """With media: until the avatar's voice is quiet on this side (:data:`QUIET_FRAMES`
+        quiet frames in a row), at most :data:`AUDIO_GRACE` or until ``deadline``; at once
+        without media. The control channel says a reply was said before its last audio
+        arrives here; a question sent now would be heard as one voice with it."""
+        if self._audio is None or self._ended is not None:
+            return
+        limit = min(deadline, self._clock.monotonic() + AUDIO_GRACE) - self._clock.monotonic()
+        if limit <= 0:
+            return
+        self._quiet_run = 0
+        self._quiet.clear()
+        try:
+            await sleep_or(self._clock, limit, self._quiet)
+        finally:
+            self._quiet_run = None
+
     # -- events -----------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         self.floor.feed(event.name, event.data, event.at)
@@ -349,7 +372,7 @@ class Replies:
 
     def _on_frame(self, frame: Any) -> None:
         listening = [h for h in self._live if h._listening()]
-        if not listening:
+        if not listening and self._quiet_run is None:
             return
         from ..media import frame_rms  # noqa: PLC0415 - PyAV only with media
 
@@ -359,5 +382,9 @@ class Replies:
             log.debug("avatar frame level unreadable: %s", type(exc).__name__)
             return
         at = self._clock.monotonic()
+        if self._quiet_run is not None:
+            self._quiet_run = self._quiet_run + 1 if level <= AUDIBLE_RMS else 0
+            if self._quiet_run >= QUIET_FRAMES:
+                self._quiet.set()
         for handle in listening:
             handle._level(level, at)
