@@ -368,5 +368,3 @@ async def test_audio_probe_waits_for_silence_before_the_voice() -> None:
     over.add_done_callback(lambda _: at_frame.append(ending.frames))
     await ending.run()
     assert at_frame == [5 + QUIET_END_FRAMES]
-
-
