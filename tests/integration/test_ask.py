@@ -256,3 +256,28 @@ async def test_a_media_ask_times_the_avatars_voice(
     for r in replies:
         assert r.audio_latency is not None and r.text_latency is not None
         assert r.end_latency is not None
+
+
+async def test_awaiting_speak_works_as_it_always_did(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    """``await session.speak(x)`` returns once the turn was written and raises as before;
+    what ``speak()`` returns is a handle, awaitable wherever a coroutine was."""
+    session = make_session()
+    with pytest.raises(AvatarError) as early:
+        session.speak("before connect")  # refused at the call, as the await did before
+    assert early.value.code is ErrorCode.INVALID_STATE
+    async with session:
+        conv = staging.conversations[staging.live_sids[0]]
+        with pytest.raises(AvatarError) as empty:
+            await session.speak("   ")
+        assert empty.value.code is ErrorCode.INVALID_ARGUMENT
+        handle = session.speak("held through the greeting")
+        assert not handle.is_sent
+        assert await handle is handle and handle.is_sent
+        assert await until(lambda: conv.user_turns == ["held through the greeting"], HANG_GUARD)
+        await asyncio.wait_for(session.speak("via wait_for"), HANG_GUARD)
+        await asyncio.gather(session.speak("one"), session.speak("two"))
+        await asyncio.ensure_future(session.speak("three"))
+        assert await until(lambda: len(conv.user_turns) == 5, HANG_GUARD)
+        assert conv.user_turns[1:] == ["via wait_for", "one", "two", "three"]  # call order
