@@ -190,23 +190,27 @@ async def test_ask_refuses_bad_input_at_once(make_session: SessionFactory) -> No
             assert bad.value.code is ErrorCode.INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("tier", ["socket", "cold"])
 async def test_an_ask_across_a_socket_drop_returns_the_resent_turns_reply_once(
-    staging: StagingServer, make_session: SessionFactory
+    staging: StagingServer, make_session: SessionFactory, tier: str
 ) -> None:
     session = make_session(config=FAST.with_(wait_for_greeting=True, turn_confirm_timeout=0.1))
     texts = record(session, "agent_text")
     async with session:
-        conv = staging.conversations[staging.live_sids[0]]
-        conv.agent_down = True  # the turn is taken in and never answered: unconfirmed
+        old = staging.conversations[staging.live_sids[0]]
+        old.agent_down = True  # the turn is taken in and never answered: unconfirmed
         resent = session.expect("turn_resent", timeout=10)
         asking = asyncio.ensure_future(session.ask("Did you get this?", timeout=20))
-        assert await until(lambda: conv.dropped_turns == ["Did you get this?"], HANG_GUARD)
-        conv.agent_down = False
-        assert await staging.faults.drop_socket() == 1  # recovered in place, then resent
-        assert (await resent).data == {"text": "Did you get this?", "tier": "socket"}
+        assert await until(lambda: old.dropped_turns == ["Did you get this?"], HANG_GUARD)
+        old.agent_down = False
+        # socket: recovered in place; cold: a new server session, greeting first; then resent
+        assert await staging.faults.drop_socket(recovery=tier == "socket") == 1
+        assert (await resent).data == {"text": "Did you get this?", "tier": tier}
         reply = await asyncio.wait_for(asking, HANG_GUARD)
+        conv = staging.conversations[staging.live_sids[0]]
     assert reply.text == "You said: Did you get this?"  # once, not twice
     assert reply.resent and reply.ended and not reply.interrupted
+    assert (conv is old) is (tier == "socket")
     assert conv.user_turns == ["Did you get this?"]
     ours = [e for e in texts if e.data["speech_id"] == reply.speech_id and e.data["spoken"]]
     assert "".join(e.data["content"] for e in ours).strip() == reply.text
