@@ -285,3 +285,15 @@ async def test_awaiting_speak_works_as_it_always_did(
         await asyncio.ensure_future(session.speak("three"))
         assert await until(lambda: len(conv.user_turns) == 5, HANG_GUARD)
         assert conv.user_turns[1:] == ["via wait_for", "one", "two", "three"]  # call order
+
+
+async def test_asks_at_once_take_turns(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(config=FAST.with_(wait_for_greeting=True))
+    interrupted = record(session, "agent_interrupted")
+    async with session:
+        replies = await asyncio.gather(*(session.ask(q, timeout=15) for q in QUESTIONS))
+    assert [r.text for r in replies] == answers(QUESTIONS)
+    assert interrupted == []
+    assert replies[1].sent_at >= replies[0].sent_at + replies[0].end_latency  # one at a time
