@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
     from .session.facade import AvatarSession, Health
+    from .session.replies import Reply
+    from .session.speech import SpeechHandle
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
@@ -35,9 +37,11 @@ _EXPORTS: dict[str, str] = {
     "Event": ".events",
     "EventName": ".events",
     "Health": ".session",
+    "Reply": ".session",
     "RetryPolicy": ".config",
     "SessionConfig": ".config",
     "Severity": ".errors",
+    "SpeechHandle": ".session",
     "converse_once": ".chat",
 }
 
@@ -57,9 +61,11 @@ __all__ = [
     "Event",
     "EventName",
     "Health",
+    "Reply",
     "RetryPolicy",
     "SessionConfig",
     "Severity",
+    "SpeechHandle",
     "__version__",
     "converse_once",
 ]

@@ -234,6 +234,17 @@ class SessionConfig:
     default). A bigger one is refused unread: one ``protocol_error``, then a cold reconnect,
     because a connection-state recovery would replay it (``docs/security.md``)."""
 
+    wait_for_greeting: bool = False
+    """``connect()`` (and so ``async with``) returns only once the opening greeting is over
+    (its turn ended and the avatar finished saying it), so a first ``speak()`` is not a
+    barge-in; ``connect(wait_for_greeting=...)`` overrides it per call. An agent that does
+    not greet: no greeting begins within ``agent_timeout`` of the approval, and
+    ``connect()`` returns then."""
+    greeting_timeout: float = 30.0
+    """Seconds ``connect(wait_for_greeting=True)`` waits for the greeting to be over, after
+    the session connected; past it ``connect()`` returns anyway (logged at INFO: the session
+    is fine, a turn spoken now is still held until the greeting's end)."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             # Annotations are strings here (postponed evaluation); every one is in the table.

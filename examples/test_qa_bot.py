@@ -1,5 +1,5 @@
 """How you test your own bot: the pytest plugin's fixtures against the embedded staging
-backend, with scripted answers and injected faults. Here the bot is ``qa_bot.ask``.
+backend, with scripted answers and injected faults. Here the bot is ``qa_bot.converse``.
 
 Run: ``pip install 'avatar-sdk[testing]'`` then ``pytest examples/test_qa_bot.py``.
 The fixtures come from the plugin avatar-sdk installs; nothing to import or configure.
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from qa_bot import ask
+from qa_bot import converse
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer, expect_events
@@ -24,7 +24,7 @@ async def test_the_bot_returns_what_the_avatar_says(
     avatar_session: AvatarSession, staging: StagingServer
 ) -> None:
     staging.brain.tool_calls(['open_filing {"doc": "10-K"}'], then="Here is the 10-K.")
-    assert await ask(avatar_session, "Show me the annual report") == "Here is the 10-K."
+    assert await converse(avatar_session, ["Show me the annual report"]) == ["Here is the 10-K."]
     assert staging.conversations[staging.live_sids[0]].user_turns == ["Show me the annual report"]
 
 
@@ -36,7 +36,7 @@ async def test_the_bot_survives_a_network_blip(
     )
     await staging.faults.drop_socket()
     await recovered
-    assert await ask(avatar_session, "Still there?") == "You said: Still there?"
+    assert await converse(avatar_session, ["Still there?"]) == ["You said: Still there?"]
 
 
 @pytest.mark.avatar_session(config=SessionConfig(brain_stall_timeout=0.3))
@@ -45,7 +45,7 @@ async def test_the_bot_waits_out_a_slow_agent(
 ) -> None:
     staging.brain.stall(1.0)
     stalled = expect_events(avatar_session, ["brain_stalled"], timeout=5)
-    assert await ask(avatar_session, "Take your time") == "You said: Take your time"
+    assert await converse(avatar_session, ["Take your time"]) == ["You said: Take your time"]
     await stalled
 
 
@@ -53,6 +53,6 @@ async def test_two_users_at_once(
     avatar_session_factory: Callable[..., Awaitable[AvatarSession]],
 ) -> None:
     alice, bob = await avatar_session_factory(), await avatar_session_factory()
-    answers = await asyncio.gather(ask(alice, "I am Alice"), ask(bob, "I am Bob"))
-    assert answers == ["You said: I am Alice", "You said: I am Bob"]
+    answers = await asyncio.gather(converse(alice, ["I am Alice"]), converse(bob, ["I am Bob"]))
+    assert answers == [["You said: I am Alice"], ["You said: I am Bob"]]
     assert alice.thread_id != bob.thread_id

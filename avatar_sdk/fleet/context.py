@@ -1,23 +1,19 @@
 """What a scenario gets besides its session: :class:`ScenarioContext`, whose ``turn()``
-speaks and measures, :class:`AudioProbe`, which times the reply's first audible frame, and
-:class:`TurnIds` / :class:`TurnMatch`, which tell a turn's own reply from a late one.
+asks and measures, and :class:`AudioProbe`, which lets a voice still playing end.
 
-``turn()`` registers every waiter before it speaks (``session.expect``), so a fast reply is
-never missed; a turn that times out is recorded (``ok=False, error="timeout"``) and the
-scenario goes on, while a session that ended under it raises, failing that session.
-
-A timed-out turn's reply may still come. Its events carry its ``turn_id``: a turn ignores
-the text and the end of any turn id seen before it spoke, and ends on the
-``agent_turn_ended`` of the turn id of its first spoken text. (A late reply none of whose
-events arrived before the next turn spoke cannot be told apart: nothing links a user turn
-to the turn id of its answer.)
+``turn()`` is ``session.ask()`` (the one implementation of reply matching,
+:mod:`avatar_sdk.session.replies`): it waits out the greeting and any reply still being said,
+speaks, and takes the reply matched by the turn's own ids (a late reply to a timed-out turn
+is never taken for the next one's). A turn that times out is recorded (``ok=False,
+error="timeout"``) and the scenario goes on, while a session that ended under it raises,
+failing that session. Its latencies count from the moment the turn was sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,14 +25,13 @@ from .measure import Measurement, measurement
 if TYPE_CHECKING:
     from ..events.bus import Event, Expectation
     from ..session.facade import AvatarSession
+    from ..session.replies import Reply
     from .plan import SessionSpec
 
 __all__ = [
     "AudioProbe",
     "Scenario",
     "ScenarioContext",
-    "TurnIds",
-    "TurnMatch",
     "TurnResult",
     "is_spoken",
 ]
@@ -57,8 +52,6 @@ AUDIO_GRACE = 1.0
 QUIET_END_FRAMES = 5
 #: The control API's own deadline for one fault request (seconds).
 FAULT_TIMEOUT = 10.0
-#: Turn ids a session remembers as past (the oldest forgotten first).
-TURN_IDS_KEPT = 64
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
@@ -79,7 +72,8 @@ def is_spoken(data: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    """One measured turn; latencies in seconds from the ``speak()`` call (None: not seen)."""
+    """One measured turn; latencies in seconds from the moment the turn was sent (the wait
+    for the greeting or a reply still playing excluded; None: not seen)."""
 
     text: str  # what the avatar said (its spoken segments, joined)
     text_s: float | None
@@ -87,6 +81,9 @@ class TurnResult:
     ended_s: float | None
     ok: bool
     error: str | None = None
+    #: The session's :class:`~avatar_sdk.Reply` (ids, the wait before sending, interrupted,
+    #: resent); None when the turn timed out or the session ended.
+    reply: Reply | None = None
 
 
 class AudioProbe:
@@ -173,54 +170,6 @@ class AudioProbe:
             return  # the session closed its track
 
 
-class TurnIds:
-    """The turn ids a session has seen so far (``agent_text``, ``agent_turn_ended``), the
-    last :data:`TURN_IDS_KEPT`: what a new turn treats as past."""
-
-    def __init__(self, session: AvatarSession) -> None:
-        self._ids: dict[str, None] = {}  # insertion-ordered set
-        session.on("agent_text", self._see)
-        session.on("agent_turn_ended", self._see)
-
-    def _see(self, event: Event) -> None:
-        turn_id = event.data.get("turn_id")
-        if isinstance(turn_id, str) and turn_id not in self._ids:
-            self._ids[turn_id] = None
-            if len(self._ids) > TURN_IDS_KEPT:
-                del self._ids[next(iter(self._ids))]
-
-    def snapshot(self) -> frozenset[str]:
-        return frozenset(self._ids)
-
-
-class TurnMatch:
-    """Which events belong to one turn: not those of a turn id in ``stale`` (seen before it
-    spoke); its end is that of the turn id of its first spoken text. Events without a turn
-    id (a backend that sends none) always match: the next end is the turn's."""
-
-    def __init__(self, stale: Collection[str]) -> None:
-        self.stale = stale
-        self.own: str | None = None
-
-    def text(self, data: Mapping[str, Any]) -> bool:
-        """Whether this ``agent_text`` is the turn's spoken text (adopting its turn id)."""
-        turn_id = data.get("turn_id")
-        if turn_id is not None and (turn_id in self.stale or self.own not in (None, turn_id)):
-            return False
-        if not is_spoken(data):
-            return False
-        if self.own is None and turn_id is not None:
-            self.own = str(turn_id)
-        return True
-
-    def end(self, data: Mapping[str, Any]) -> bool:
-        """Whether this ``agent_turn_ended`` ends the turn."""
-        turn_id = data.get("turn_id")
-        if turn_id is None:
-            return True
-        return turn_id not in self.stale and self.own in (None, turn_id)
-
-
 class ScenarioContext:
     """Passed to ``async def scenario(session, ctx)``: the session's place in the run and
     the measured verbs (``turn``, ``pause``, ``fault``, ``record``)."""
@@ -238,7 +187,6 @@ class ScenarioContext:
         stop: asyncio.Event,
         probe: AudioProbe | None = None,
         deadline: float | None = None,
-        turn_ids: TurnIds | None = None,
     ) -> None:
         self.session = session
         self.spec = spec
@@ -250,7 +198,6 @@ class ScenarioContext:
         self._stop = stop
         self._probe = probe
         self._deadline = deadline
-        self._turn_ids = turn_ids
         self._turns = 0
 
     @property
@@ -278,67 +225,33 @@ class ScenarioContext:
         await sleep_unless(self._stop, seconds)
 
     async def turn(self, text: str, *, timeout: float | None = None) -> TurnResult:
-        """Speak ``text`` and wait for the avatar's turn to end, measuring the first spoken
-        text, the first audible frame (media sessions) and the end, from the ``speak()``
-        call. With media it first lets a voice still playing end (the greeting's, the last
-        reply's: :meth:`AudioProbe.settle`, not timed). A timeout is recorded and returned
+        """Ask ``text`` (``session.ask``) and measure its reply: the first spoken text, the
+        first audible frame (media sessions) and the end of its turn, from the moment the
+        turn was sent. With media it first lets a voice still playing end (the greeting's:
+        :meth:`AudioProbe.settle`, not timed). A timeout is recorded and returned
         (``ok=False``), not raised; ``AvatarError`` (the session ended) is recorded, then
         raised."""
         session, limit = self.session, timeout or self.turn_timeout
         number, self._turns = self._turns, self._turns + 1
-        words: list[str] = []
-        first_text: list[float] = []
-        match = TurnMatch(self._turn_ids.snapshot() if self._turn_ids is not None else ())
-
-        def on_text(event: Event) -> None:
-            if match.text(event.data):
-                words.append(str(event.data.get("content", "")))
-                if not first_text:
-                    first_text.append(event.at)
-
-        if self._probe is not None:  # the voice still playing (greeting, last reply) ends
+        if self._probe is not None:  # the voice still playing (the greeting's) ends
             await self._probe.settle(limit)
-        unsubscribe = session.on("agent_text", on_text)
-        audible = self._probe.arm() if self._probe is not None else None
-        ended_at: float | None = None
+        reply: Reply | None = None
         error: str | None = None
         failure: AvatarError | None = None
-        started = time.monotonic()
         try:
-            ended = session.expect(  # registered before speaking
-                "agent_turn_ended", predicate=lambda event: match.end(event.data), timeout=limit
-            )
-            try:
-                await session.speak(text)
-                ended_at = (await ended).at
-            finally:
-                ended.cancel()
-            if audible is not None and self._probe is not None:
-                grace = max(0.0, min(AUDIO_GRACE, started + limit - time.monotonic()))
-                await asyncio.wait([audible], timeout=grace)
-                if audible.done():
-                    self._probe.arm_end()  # the next turn waits for this voice's end
+            reply = await session.ask(text, timeout=limit)
         except TimeoutError:
             error = "timeout"
         except AvatarError as exc:
             error, failure = str(exc.code), exc
-        finally:
-            unsubscribe()
-            if audible is not None and not audible.done():
-                audible.cancel()
-
-        def since(at: float | None) -> float | None:
-            return None if at is None else max(0.0, at - started)
-
-        heard = audible is not None and audible.done() and not audible.cancelled()
-        audio_at = audible.result() if heard and audible is not None else None
         result = TurnResult(
-            text="".join(words).strip(),
-            text_s=since(first_text[0] if first_text else None),
-            audio_s=since(audio_at),
-            ended_s=since(ended_at),
-            ok=ended_at is not None,
+            text=reply.text if reply is not None else "",
+            text_s=reply.text_latency if reply is not None else None,
+            audio_s=reply.audio_latency if reply is not None else None,
+            ended_s=reply.end_latency if reply is not None else None,
+            ok=reply is not None and reply.ended,
             error=error,
+            reply=reply,
         )
         fields: dict[str, Any] = {
             "iteration": self.iteration,

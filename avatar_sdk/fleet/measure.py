@@ -65,9 +65,9 @@ class Greeting(Base):
 class Turn(Base):
     iteration: int
     turn: int  # the turn's number within the iteration, from 0
-    text_s: float | None  # speak() -> first spoken agent_text
-    audio_s: float | None  # speak() -> first non-silent avatar audio frame (None: media off)
-    ended_s: float | None  # speak() -> agent_turn_ended
+    text_s: float | None  # turn sent -> first spoken agent_text
+    audio_s: float | None  # turn sent -> first audible avatar audio frame (None: media off)
+    ended_s: float | None  # turn sent -> agent_turn_ended
     ok: bool
     error: NotRequired[str]
 

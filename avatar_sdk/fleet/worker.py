@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..telemetry import names as tn
-from .context import AudioProbe, Scenario, ScenarioContext, TurnIds, sleep_unless
+from .context import AudioProbe, Scenario, ScenarioContext, sleep_unless
 from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
@@ -261,10 +261,9 @@ class _SessionRun:
         self._instrument(session)
         if self.tracing is not None:
             self.tracing.telemetry.attach(session)
-        turn_ids = TurnIds(session)
         try:
             async with asyncio.TaskGroup() as tasks:
-                work = tasks.create_task(self._converse(session, turn_ids))
+                work = tasks.create_task(self._converse(session))
                 watcher = tasks.create_task(self.stop.wait())
                 work.add_done_callback(lambda _: watcher.cancel())
                 watcher.add_done_callback(lambda _: work.cancel())
@@ -275,7 +274,7 @@ class _SessionRun:
             failure = str((self.ended or {}).get("code") or "failed")
         return failure
 
-    async def _converse(self, session: AvatarSession, turn_ids: TurnIds) -> str | None:
+    async def _converse(self, session: AvatarSession) -> str | None:
         plan = self.plan
         probe: asyncio.Task[None] | None = None
         try:
@@ -297,7 +296,7 @@ class _SessionRun:
                 self.measure("greeting", seconds=max(0.0, greeted.at - started))
             except TimeoutError:
                 self.measure("error", code="greeting_timeout", recoverable=True)
-            await self._iterations(session, listener, turn_ids)
+            await self._iterations(session, listener)
             if self.stop.is_set():
                 return STOPPED  # cut short (a pause ends early on a stop), not completed
         except Exception as exc:
@@ -314,9 +313,7 @@ class _SessionRun:
                 await asyncio.wait([probe])
         return None
 
-    async def _iterations(
-        self, session: AvatarSession, probe: AudioProbe | None, turn_ids: TurnIds
-    ) -> None:
+    async def _iterations(self, session: AvatarSession, probe: AudioProbe | None) -> None:
         plan, deadline = self.plan, self.deadline
         for iteration in itertools.count():
             if plan.iterations and iteration >= plan.iterations:
@@ -334,7 +331,6 @@ class _SessionRun:
                 stop=self.stop,
                 probe=probe,
                 deadline=deadline,
-                turn_ids=turn_ids,
             )
             await self.scenario(session, ctx)
             await asyncio.sleep(0)  # a scenario that never awaits still lets the loop run

@@ -14,13 +14,17 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .facade import AvatarSession, Health
+    from .replies import Reply
+    from .speech import SpeechHandle
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
     "AvatarSession": ".facade",
     "Health": ".facade",
+    "Reply": ".replies",
+    "SpeechHandle": ".speech",
 }
 
-__all__ = ["AvatarSession", "Health"]
+__all__ = ["AvatarSession", "Health", "Reply", "SpeechHandle"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

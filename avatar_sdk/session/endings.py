@@ -98,7 +98,8 @@ class Endings:
             completing = asyncio.ensure_future(self._signal_completion(reason))
         else:
             self.completion.abandon()
-        await self._teardown(AvatarError(ErrorCode.CLOSED, reason))
+        # Waiters (a held turn, an ask) fail with the end's own code: closed, server_ended.
+        await self._teardown(AvatarError(code or ErrorCode.CLOSED, reason))
         if completing is not None:
             await completing
         await self._release_lifecycle()

@@ -17,7 +17,7 @@ from ssl import SSLContext
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import AUDIO_CODECS, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..events.bus import EventSource
@@ -42,7 +42,9 @@ from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
 from .recovery import RecoveryController
+from .replies import Reply
 from .slot import LinkSlot
+from .speech import Replies, SpeechHandle
 from .stats import SessionStats, StatsSnapshot
 from .supervisor import Supervisor
 from .turn_sender import TurnDesk
@@ -50,7 +52,7 @@ from .user_state import UserState
 
 log = sdk_logger(__name__)
 
-__all__ = ["AvatarSession", "Health"]
+__all__ = ["AvatarSession", "Health", "Reply", "SpeechHandle"]
 
 
 class AvatarSession(EventSource):
@@ -184,12 +186,17 @@ class AvatarSession(EventSource):
             guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
             taps=self._taps,
         )  # fmt: skip
+        self._replies = Replies(
+            clock=self._clock, on=self._bus.on, audio=self._outputs["audio"] if media else None
+        )
+        self._asking = False
+        self._ask_free = asyncio.Event()
         self._endings = Endings(
             config=cfg, machine=machine, bus=self._bus, slot=self._slot,
             supervisor=self._supervisor, guards=self._guards, genie=self._genie,
             completion=self._completion, idle=self._idle, journal=self._journal,
             outputs=self._outputs, uplink_track=self._uplink_track,
-            fail_waiters=self._desk.fail_held, deliver_after_recovery=self._desk.after_recovery,
+            fail_waiters=self._fail_waiters, deliver_after_recovery=self._desk.after_recovery,
         )  # fmt: skip
         self._supervisor.on_failure = self._endings.on_task_failure
         self._idle.on_idle = self._endings.on_idle
@@ -286,6 +293,11 @@ class AvatarSession(EventSource):
     def _on_state_change(self, state: str, previous: str, trigger: str) -> None:
         self._emit("state_changed", {"state": state, "previous": previous, "trigger": trigger})
 
+    def _fail_waiters(self, error: AvatarError) -> None:
+        """The session ends: held turns, speech handles and asks fail with ``error``."""
+        self._desk.fail_held(error)
+        self._replies.fail_all(error)
+
     def _on_source_error(self, code: ErrorCode, exc: BaseException) -> None:
         log.warning("audio source failed (%s); the uplink continues with silence", code)
         self._emit("error", AvatarError(code, type(exc).__name__).as_event())
@@ -299,23 +311,33 @@ class AvatarSession(EventSource):
         await self.close()
 
     # -- connect --------------------------------------------------------------------------
-    async def connect(self, *, retry: RetryPolicy | None = None) -> None:
+    async def connect(
+        self, *, retry: RetryPolicy | None = None, wait_for_greeting: bool | None = None
+    ) -> None:
         """Run the connect sequence; raises ``AvatarError`` (state ``failed``) on failure.
 
         Each attempt is bounded by ``config.overall_connect_timeout``. Cancelling it tears
         everything down within ``config.close_timeout``.
 
-        ``retry``: a ``RetryPolicy`` for the first connect (default None: one attempt). An
-        attempt that fails with a retryable error (``unreachable``, ``transport_closed``,
-        a step's timeout) is tried again on a fresh socket after the policy's backoff, at
-        most ``retry.max_attempts`` attempts in all, each announced by a
-        ``connect_retrying`` event; a non-retryable one (``auth_failed``,
-        ``tier_exceeded``, ...) or the last attempt's error is raised. Only
-        ``max_attempts`` and the backoff fields (``initial``, ``base``, ``cap``,
-        ``jitter``) apply here.
+        :param retry: a ``RetryPolicy`` for the first connect (default None: one attempt).
+            An attempt that fails with a retryable error (``unreachable``,
+            ``transport_closed``, a step's timeout) is tried again on a fresh socket after
+            the policy's backoff, at most ``retry.max_attempts`` attempts in all, each
+            announced by a ``connect_retrying`` event; a non-retryable one
+            (``auth_failed``, ``tier_exceeded``, ...) or the last attempt's error is raised.
+            Only ``max_attempts`` and the backoff fields (``initial``, ``base``, ``cap``,
+            ``jitter``) apply here.
+        :param wait_for_greeting: also wait until the opening greeting is over (its turn
+            ended and was said), at most ``config.greeting_timeout``; None: as
+            ``config.wait_for_greeting`` (which ``async with`` uses). An agent that does
+            not greet is known by no greeting beginning within ``agent_timeout``.
         """
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None, not {type(retry).__name__}")
+        if wait_for_greeting is not None and not isinstance(wait_for_greeting, bool):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, "wait_for_greeting must be a bool or None"
+            )
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
         self._connect_task = asyncio.current_task()
@@ -342,6 +364,13 @@ class AvatarSession(EventSource):
         self._stats.connect_duration = duration
         self._start_watch()
         self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+        greet = self.config.wait_for_greeting if wait_for_greeting is None else wait_for_greeting
+        if greet:
+            limit = self.config.greeting_timeout
+            try:
+                await self._until_floor(self._clock.monotonic() + limit)
+            except TimeoutError:
+                log.info("the greeting was not over within %.3gs; connect() returns", limit)
 
     def _adopt_genie(self) -> None:
         """A genie host the backend named at join, when none was given (genie_host.py)."""
@@ -388,22 +417,104 @@ class AvatarSession(EventSource):
         return await self._guards.respond_to_tool(self._genie, call_id, result)
 
     # -- conversation ---------------------------------------------------------------------
-    async def speak(self, text: str) -> None:
-        """Send a user text turn (a barge-in marker first, as a real client does).
+    def speak(self, text: str) -> SpeechHandle:
+        """Send a user text turn (a barge-in marker first, as a real client does) and
+        return its :class:`SpeechHandle`.
+
+        ``await session.speak(text)`` returns once the turn was written (it returns the
+        handle); ``await handle.reply()`` is the avatar's answer to this turn, matched by
+        its own ids. The turn goes out whether or not the handle is awaited, in call order.
+        A text typed now interrupts the avatar if it is talking: :meth:`ask` waits first.
 
         Control characters are stripped; a text longer than 8,000 characters
         (``avatar_sdk.wire.MAX_TEXT``) is refused with ``invalid_argument`` before anything
         is sent, never cut (split it into several turns), as is an empty one.
+        A session that takes no turns (not connected, ended) raises ``invalid_state``,
+        at once.
 
         During a recovery the turn is held and delivered once the session is usable again;
-        if the session ends instead, this raises ``AvatarError``. A turn the server has not
-        confirmed when a recovery happens is resent once (``turn_resent``).
+        if the session ends instead, awaiting the handle raises ``AvatarError``. A turn the
+        server has not confirmed when a recovery happens is resent once (``turn_resent``).
         """
-        await self._desk.speak(text)
+        checked = self._desk.check(text)
+        self._replies.note_user("speak")
+        handle = self._replies.register(checked, media=self._media)
+        task = self._supervisor.spawn(self._speak(text, handle), "speak")
+        task.add_done_callback(lambda t: self._speak_done(t, handle))
+        return handle
+
+    async def _speak(self, text: str, handle: SpeechHandle) -> None:
+        try:
+            await self._desk.speak(text, on_sent=handle._on_sent)
+        except AvatarError as error:
+            handle._fail(error)
+            return
+        except Exception as exc:  # a bug of ours: that turn fails, the session goes on
+            log.error("speak() failed: %r", exc, exc_info=exc)
+            handle._fail(AvatarError(ErrorCode.INTERNAL, f"speak: {type(exc).__name__}"))
+            return
+        handle._resolve_sent(None)
+
+    def _speak_done(self, task: asyncio.Task[Any], handle: SpeechHandle) -> None:
+        if task.cancelled():  # the session closed under it
+            handle._fail(self._replies.ended or AvatarError(ErrorCode.CLOSED, "closed"))
+
+    async def ask(self, text: str, *, timeout: float = 30.0) -> Reply:
+        """Speak ``text`` and return the avatar's :class:`Reply` to that turn.
+
+        It first waits out the greeting and any reply still generating or being said (so
+        the question is not a barge-in), and waits for an earlier ``ask()`` of this session
+        to finish; then it speaks and waits for the reply matched by the turn's own ids
+        (``docs/events.md``, Replies): the greeting or a late answer to an earlier turn is
+        never taken for it, and after a recovery that resent the turn, the resent turn's
+        reply is the reply (``Reply.resent``). Returns once the reply's agent turn ended
+        (with media, also once its voice was heard, or a second later).
+
+        :param timeout: seconds for the whole call, waiting included (session clock):
+            ``TimeoutError`` when it passes (the turn, if sent, stays sent).
+        :raises AvatarError: ``invalid_argument`` (an empty text, a bad timeout),
+            ``invalid_state`` (a session that takes no turns), or, when the session ends or
+            fails under it, that end's code (``closed``, ``server_ended``, ``gave_up``...).
+        """
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"timeout must be seconds > 0 ({timeout!r})"
+            )
+        self._desk.check(text)
+        clock = self._clock
+        started = clock.monotonic()
+        deadline = started + float(timeout)
+        while self._asking:  # one ask at a time: each waits for the one before
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise TimeoutError("an earlier ask() of this session did not finish in time")
+            self._ask_free.clear()
+            await sleep_or(clock, left, self._ask_free)
+        self._asking = True
+        try:
+            await self._until_floor(deadline)
+            waited = clock.monotonic() - started
+            handle = self.speak(text)
+            handle.waited = waited
+            return await handle.reply(timeout=max(0.0, deadline - clock.monotonic()))
+        finally:
+            self._asking = False
+            self._ask_free.set()
+
+    async def _until_floor(self, deadline: float) -> None:
+        """Until a question would not cut an agent turn short: past the greeting due after
+        approval (it begins within ``agent_timeout``, or never will), then until no agent
+        turn is generating or being said (with media, and its voice quiet here: at most a
+        second more). ``TimeoutError`` at ``deadline``."""
+        desk = self._desk
+        await desk.past_expected(limit=max(0.0, deadline - self._clock.monotonic()))
+        await self._replies.until_free(deadline, lambda: desk.gate.phase == "open")
+        await self._replies.until_quiet(deadline)  # media: its last audio arrived here too
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
+        self._replies.note_user("interrupt")
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
         if self._taps:
             self._taps.emit(Point.INTERRUPT_SENT, {})

@@ -59,12 +59,16 @@ def turn_text(text: str) -> str:
     return cleaned
 
 
-def _joinable(
-    held: list[tuple[str, asyncio.Future[None]]],
-) -> list[list[tuple[str, asyncio.Future[None]]]]:
+#: Told the text of a turn right before it is written (``speak(on_sent=...)``).
+OnSent = Callable[[str], None]
+#: A held turn: its text, the future its ``speak()`` awaits, who is told when it is written.
+_Held = tuple[str, "asyncio.Future[None]", "OnSent | None"]
+
+
+def _joinable(held: list[_Held]) -> list[list[_Held]]:
     """Held turns in spoken order, grouped so that each group joined by newlines fits in
     one turn."""
-    groups: list[list[tuple[str, asyncio.Future[None]]]] = []
+    groups: list[list[_Held]] = []
     size = 0
     for item in held:
         if groups and size + 1 + len(item[0]) <= MAX_TEXT:
@@ -83,6 +87,7 @@ class Sends(Protocol):
 
 
 log = sdk_logger("avatar_sdk.session")
+
 
 #: Turns held while recovering, at most; older callers get a clear failure, not silence.
 MAX_HELD_TURNS = 32
@@ -122,11 +127,23 @@ class TurnDesk:
         self._gate_started = asyncio.Event()
         self._gate_open = asyncio.Event()
         self._sync_gate()
-        self._held: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self._held: deque[tuple[str, asyncio.Future[None], OnSent | None]] = deque()
         self._evidence = asyncio.Event()
 
-    async def speak(self, text: str) -> None:
-        """A user turn: sent now, or held until the session is usable again."""
+    def check(self, text: object) -> str:
+        """``text`` as it would be sent, or the ``AvatarError`` ``speak()`` raises now (an
+        empty text, a state that takes no turns)."""
+        if not isinstance(text, str) or not text.strip():
+            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
+        m = self._machine
+        if not (self._usable() and self.gate.phase == "open") and not m.takes_turns:
+            raise AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {m.state}")
+        return clamp_text(text)
+
+    async def speak(self, text: str, on_sent: OnSent | None = None) -> None:
+        """A user turn: sent now, or held until the session is usable again. ``on_sent``
+        is told the text as written, right before it is written (joined with others when
+        held through an uninterruptible turn)."""
         if not isinstance(text, str) or not text.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = turn_text(text)
@@ -135,7 +152,7 @@ class TurnDesk:
         m = self._machine
         if self._usable() and self.gate.phase == "open":
             try:
-                await self._send_turn(text)
+                await self._send_turn(text, on_sent=(on_sent,))
                 return
             except AvatarError as error:
                 # The socket died under us and its recovery has not started yet: hold.
@@ -146,7 +163,7 @@ class TurnDesk:
         if len(self._held) >= MAX_HELD_TURNS:
             raise AvatarError(ErrorCode.INVALID_STATE, "too many turns held during recovery")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._held.append((text, fut))  # in spoken order, whatever releases it
+        self._held.append((text, fut, on_sent))  # in spoken order, whatever releases it
         if self._usable() and (await self._past_expected() or not await self._gate_opens()):
             await self.flush(join=True)  # nothing else will release it
         await fut
@@ -154,10 +171,15 @@ class TurnDesk:
     def _usable(self) -> bool:
         return self._machine.may_send_turn
 
-    async def _send_turn(self, text: str, *, resend: bool = False) -> None:
+    async def _send_turn(
+        self, text: str, *, resend: bool = False, on_sent: tuple[OnSent | None, ...] = ()
+    ) -> None:
         await self._send(Out.TEXT_ENTERED, build_barge_in_marker())
         # Recorded before the send: the server's answer may be handled before it returns.
         turn = self.ledger.sent(text, resent=resend)
+        for told in on_sent:
+            if told is not None:
+                told(text)
         try:
             await self._send(Out.TEXT_ENTERED, build_text_entered(text))
         except AvatarError:
@@ -215,6 +237,16 @@ class TurnDesk:
                 event.set()
             else:
                 event.clear()
+
+    async def past_expected(self, *, limit: float) -> None:
+        """Wait, at most ``limit`` seconds, until the greeting due after approval began or
+        is known never to (``agent_timeout``); the gate may still be running after it."""
+        if self.gate.phase != "expected":
+            return
+        if limit >= self._config.agent_timeout:
+            await self._past_expected()
+        else:
+            await sleep_or(self._clock, limit, self._gate_started)
 
     async def _past_expected(self) -> bool:
         """The session was just approved and its greeting has not begun: wait for it to
@@ -319,12 +351,15 @@ class TurnDesk:
                 error: AvatarError | None = None
                 if m.may_send_turn:
                     try:
-                        await self._send_turn("\n".join(text for text, _ in batch))
+                        await self._send_turn(
+                            "\n".join(text for text, _, _ in batch),
+                            on_sent=tuple(told for _, _, told in batch),
+                        )
                     except AvatarError as failed:
                         error = failed
                 else:
                     error = AvatarError(ErrorCode.INVALID_STATE, f"speak() in state {m.state}")
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     if not fut.done():
                         if error is None:
                             fut.set_result(None)
@@ -332,9 +367,9 @@ class TurnDesk:
                             fut.set_exception(error)
             return
         while self._held and m.may_send_turn:
-            text, fut = self._held.popleft()
+            text, fut, told = self._held.popleft()
             try:
-                await self._send_turn(text)
+                await self._send_turn(text, on_sent=(told,))
             except AvatarError as error:
                 if not fut.done():
                     fut.set_exception(error)
@@ -346,6 +381,6 @@ class TurnDesk:
         """The session ended: every held ``speak()`` raises ``error``."""
         self.reset_gate()
         while self._held:
-            _, fut = self._held.popleft()
+            _, fut, _ = self._held.popleft()
             if not fut.done():
                 fut.set_exception(error)

@@ -46,6 +46,21 @@ def _normalize(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def speech_id_answers(raw: str | None, text: str) -> bool | None:
+    """Whether a speechId was minted for the user turn ``text`` (trigger ``transcript``,
+    payload the text, or its start when cut short at :data:`TRUNCATED_PAYLOAD` characters
+    or more). None when the id says nothing: absent, or of no known form."""
+    if not raw:
+        return None
+    parsed = SpeechId.parse(raw)
+    if parsed is None:
+        return None
+    if parsed.trigger != "transcript" or not parsed.payload:
+        return False
+    said, sent = _normalize(parsed.payload), _normalize(text)
+    return sent == said or (len(parsed.payload) >= TRUNCATED_PAYLOAD and sent.startswith(said))
+
+
 @dataclass(slots=True)
 class Turn:
     """One user turn as sent."""

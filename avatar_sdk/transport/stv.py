@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
@@ -70,11 +71,16 @@ class FanoutTrack(MediaStreamTrack):
         self._waiter: asyncio.Future[None] | None = None
         self.dropped = 0
         self.received = 0
+        #: Told of every frame pushed, before any consumer reads it (the session's reply
+        #: timing: the first audible frame of an answer); must be cheap and never raise.
+        self.on_frame: Callable[[Any], None] | None = None
 
     def push(self, frame: Any) -> None:
         if self.readyState != "live":
             return
         self.received += 1
+        if self.on_frame is not None:
+            self.on_frame(frame)
         if len(self._frames) == self._frames.maxlen:
             self.dropped += 1
         self._frames.append(frame)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,35 @@ def test_the_readme_example_runs_as_written() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    # the greeting and the answer, spoken words only: no tool call or tool response text
-    assert "Hello" in result.stdout
+    # each question's own answer, spoken words only: never the greeting's, no tool text
+    assert result.stdout.splitlines() == [
+        "you:    What can you do?",
+        "avatar: You said: What can you do?",
+        "you:    Thanks!",
+        "avatar: You said: Thanks!",
+    ]
     assert "responded with" not in result.stdout
+
+
+def test_the_quickstart_programs_run_as_written() -> None:
+    """docs/quickstart.md's complete programs against the staging backend (those that
+    start one), each run as a file would be: no top-level ``await`` to paste around."""
+    text = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    programs = [b for b in blocks if "StagingServer()" in b and "asyncio.run(" in b]
+    assert len(programs) >= 2
+    outputs = []
+    for program in programs:
+        result = subprocess.run(
+            [sys.executable, "-c", program],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs.append(result.stdout)
+    assert "avatar: You said: What can you do?" in outputs[0].splitlines()
+    for block in blocks:  # every fragment is valid at module level: no top-level await
+        compile(textwrap.dedent(block), "<quickstart>", "exec")

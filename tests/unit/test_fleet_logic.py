@@ -18,7 +18,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from avatar_sdk.errors import AvatarError, ErrorCode
 from avatar_sdk.fleet import FleetPlan, FleetReport, FleetStats, SessionSpec, assign
-from avatar_sdk.fleet.context import QUIET_END_FRAMES, AudioProbe, TurnMatch
+from avatar_sdk.fleet.context import QUIET_END_FRAMES, AudioProbe
 from avatar_sdk.fleet.engines import ENGINES, get_engine
 from avatar_sdk.fleet.engines.local import send_batch
 from avatar_sdk.fleet.measure import measurement, percentile
@@ -368,18 +368,3 @@ async def test_audio_probe_waits_for_silence_before_the_voice() -> None:
     over.add_done_callback(lambda _: at_frame.append(ending.frames))
     await ending.run()
     assert at_frame == [5 + QUIET_END_FRAMES]
-
-
-def test_turn_match_takes_its_own_turn_id() -> None:
-    match = TurnMatch(stale={"turn-1", "turn-2"})
-    assert not match.text({"turn_id": "turn-2", "spoken": True})  # the timed-out turn's tail
-    assert not match.end({"turn_id": "turn-2"})
-    assert match.text({"turn_id": "turn-3", "spoken": True})  # the first spoken text: ours
-    assert match.own == "turn-3"
-    assert not match.text({"turn_id": "turn-4", "spoken": True})
-    assert not match.end({"turn_id": "turn-4"}) and match.end({"turn_id": "turn-3"})
-    assert not match.text({"turn_id": "turn-3", "type": "tool", "spoken": False})
-    blind = TurnMatch(stale=set())  # a backend without turn ids: the next end is the turn's
-    assert blind.text({"spoken": True}) and blind.end({}) and blind.end({"turn_id": None})
-    silent = TurnMatch(stale={"turn-1"})  # a reply that says nothing: any new turn's end
-    assert silent.end({"turn_id": "turn-5"}) and not silent.end({"turn_id": "turn-1"})

@@ -47,6 +47,7 @@ PURE = [
     "avatar_sdk.session.machine",
     "avatar_sdk.session.router",
     "avatar_sdk.session.turns",
+    "avatar_sdk.session.replies",
     "avatar_sdk.session.retry_budget",
     "avatar_sdk.session.stats",
     "avatar_sdk.guards.spiral",

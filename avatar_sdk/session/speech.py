@@ -1,0 +1,390 @@
+"""Speech handles: what ``speak()`` returns, and the reply each user turn gets.
+
+The I/O glue around the pure matching of :mod:`avatar_sdk.session.replies`. One
+:class:`Replies` per session subscribes to its conversation events, keeps the
+:class:`~avatar_sdk.session.replies.Floor` and feeds a
+:class:`~avatar_sdk.session.replies.ReplyMatch` per :class:`SpeechHandle` in flight (and,
+with media, the avatar voice's audible onsets); ``ask()`` is ``speak()`` after the floor is
+free, then ``await handle.reply()``: one implementation of reply matching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Final
+
+from ..clock import Clock, Timer, sleep_or
+from ..errors import AvatarError, ErrorCode
+from ..guards.brain import SPIRAL_RECOVERY_PREFIX
+from ..logs import sdk_logger
+from .replies import AUDIO_GRACE, TALK_START_GRACE, Floor, Onset, Reply, ReplyMatch
+
+if TYPE_CHECKING:
+    from ..events.bus import Event
+
+log = sdk_logger("avatar_sdk.session")
+
+__all__ = ["Replies", "SpeechHandle"]
+
+#: Handles whose reply is still followed, at most; the oldest is let go first (its
+#: ``reply()`` raises ``invalid_state``), so turns nobody awaits cost nothing forever.
+MAX_LIVE_HANDLES: Final = 64
+#: Speech ids remembered as seen (never the reply of a turn registered after them).
+SEEN_SPEECH_IDS: Final = 256
+#: The events a reply is made of.
+REPLY_EVENTS: Final = (
+    "agent_speech_started",
+    "agent_text",
+    "agent_turn_ended",
+    "agent_talking",
+    "agent_interrupted",
+    "caption",
+)
+#: An avatar audio frame louder than this RMS (full scale 1.0) is speech.
+AUDIBLE_RMS: Final = 0.01
+#: Quiet avatar frames in a row that mean its voice is over on this side (100 ms of 20 ms
+#: frames): the media path lags the control channel, so a reply said to its end on the
+#: server may still be heard here for a jitter buffer or so.
+QUIET_FRAMES: Final = 5
+
+
+class SpeechHandle:
+    """One user turn, from ``speak()`` on (like LiveKit's ``SpeechHandle``).
+
+    ``await handle`` (and so ``await session.speak(text)``) returns once the turn was
+    written to the socket, raising ``AvatarError`` as ``speak()`` always did; it returns
+    the handle. ``await handle.reply(timeout=...)`` is the avatar's :class:`Reply` to this
+    turn once its agent turn ended; ``await handle.wait_for_playout(timeout=...)`` once
+    the avatar finished saying it. Cancelling any of these awaits leaves the turn alone.
+    """
+
+    def __init__(self, text: str, number: int, clock: Clock, match: ReplyMatch) -> None:
+        self._text = text
+        self.id = number
+        self._clock = clock
+        self._match = match
+        loop = asyncio.get_running_loop()
+        self._sent: asyncio.Future[None] = loop.create_future()
+        self._sent.add_done_callback(_retrieve)
+        self._changed = asyncio.Event()
+        self._error: AvatarError | None = None
+        self._onset: Onset | None = None
+        self._settle: Timer | None = None
+        self._audio_wanted = False
+        self.waited = 0.0
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else "done" if self.done() else "live"
+        return f"<SpeechHandle #{self.id} {state} turn_id={self.turn_id!r}>"
+
+    # -- what it is -------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """The turn as sent (or to be sent)."""
+        return self._match.question or self._text
+
+    @property
+    def speech_id(self) -> str | None:
+        """The speechId the server minted for the turn, once its reply began."""
+        return self._match.speech_id
+
+    @property
+    def turn_id(self) -> str | None:
+        """The agent turn id of the reply, once it began (None before)."""
+        return self._match.turn_ids[0] if self._match.turn_ids else None
+
+    @property
+    def is_sent(self) -> bool:
+        return self._sent.done() and self._sent.exception() is None
+
+    @property
+    def interrupted(self) -> bool:
+        """The reply was cut short (so far)."""
+        return self._match.interrupted_by is not None
+
+    def done(self) -> bool:
+        """True once the avatar finished saying the reply, or the turn failed."""
+        return (
+            self._error is not None
+            or self._match.played
+            or (self._sent.done() and self._sent.exception() is not None)
+        )
+
+    # -- waiting ----------------------------------------------------------------------------
+    def __await__(self) -> Generator[Any, None, SpeechHandle]:
+        yield from self.sent().__await__()
+        return self
+
+    async def sent(self) -> None:
+        """Return once the turn was written to the socket (a turn held during a recovery or
+        the greeting: once it went out); ``AvatarError`` if the session ended first."""
+        await asyncio.shield(self._sent)
+
+    async def reply(self, *, timeout: float | None = 30.0) -> Reply:
+        """The reply to this turn once its agent turn ended (with media, also its first
+        audible frame, or :data:`~avatar_sdk.session.replies.AUDIO_GRACE` after the end).
+
+        ``timeout`` (seconds, session clock; None: no limit) counts from this call:
+        ``TimeoutError`` when it passes. ``AvatarError`` when the session ends or fails
+        first (its code: ``closed``, ``server_ended``, or the failure's)."""
+        deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
+        await self._until(lambda: self._match.ended or self._match.played, deadline)
+        if self._audio_wanted and self._match.spoke and self._match.audio_at is None:
+            grace = self._clock.monotonic() + AUDIO_GRACE
+            limit = grace if deadline is None else min(grace, deadline)
+            with contextlib.suppress(TimeoutError):  # complete; its voice was not heard
+                await self._until(lambda: self._match.audio_at is not None, limit)
+        return self._match.snapshot(waited=self.waited)
+
+    async def wait_for_playout(self, *, timeout: float | None = 60.0) -> Reply:
+        """The reply once the avatar finished saying it (``agent_talking`` false, or its
+        turn ended with nothing to say): ``interrupted`` is then final."""
+        deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
+        await self._until(lambda: self._match.played, deadline)
+        return self._match.snapshot(waited=self.waited)
+
+    async def _until(self, ready: Callable[[], bool], deadline: float | None) -> None:
+        await self.sent()
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            left = None if deadline is None else deadline - self._clock.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"no reply to turn #{self.id} in time")
+            self._changed.clear()
+            if left is None:
+                await self._changed.wait()
+            else:
+                await sleep_or(self._clock, left, self._changed)
+
+    # -- fed by the session -----------------------------------------------------------------
+    def _on_sent(self, text: str) -> None:
+        self._match.sent(text, self._clock.monotonic())
+        self._changed.set()
+
+    def _resolve_sent(self, error: BaseException | None) -> None:
+        if self._sent.done():
+            return
+        if error is None:
+            self._sent.set_result(None)
+        else:
+            self._sent.set_exception(error)
+        self._changed.set()
+
+    def _feed(self, event: Event) -> None:
+        match = self._match
+        was_ended, was_played = match.ended, match.played
+        match.feed(event.name, event.data, event.at)
+        if match.ended and not was_ended:
+            if not match.spoke:
+                match.settle(event.at)  # nothing to say: nothing to play
+            elif match.talking_at is None:
+                self._settle = self._clock.call_later(TALK_START_GRACE, self._no_talking)
+        if match.played and not was_played:
+            self._disarm()
+        self._changed.set()
+
+    def _no_talking(self) -> None:
+        if self._match.talking_at is None and not self._match.played:
+            self._match.settle(self._clock.monotonic())
+            self._disarm()
+            self._changed.set()
+
+    def _restart(self) -> None:
+        """The turn was resent after a recovery: the resent turn's reply is the reply."""
+        self._match.restart()
+        self._match.sent(self._match.question or self._text, self._clock.monotonic())
+        if self._audio_wanted:
+            self._onset = Onset(AUDIBLE_RMS)
+        self._changed.set()
+
+    def _arm_audio(self) -> None:
+        self._audio_wanted = True
+        self._onset = Onset(AUDIBLE_RMS)
+
+    def _disarm(self) -> None:
+        self._onset = None
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+
+    def _listening(self) -> bool:
+        return self._onset is not None and self._match.sent_at is not None
+
+    def _level(self, level: float, at: float) -> None:
+        onset = self._onset
+        if onset is not None and onset.feed(level, at):
+            self._match.audio(at)
+            self._onset = None
+            self._changed.set()
+
+    def _fail(self, error: AvatarError) -> None:
+        if self._error is None and not self._match.played:
+            self._error = error
+        self._resolve_sent(error)
+        self._disarm()
+        self._changed.set()
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """A turn nobody awaited failed: logged, never "exception was never retrieved"."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("a turn nobody awaited failed: %s", type(fut.exception()).__name__)
+
+
+def _seconds(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"timeout must be seconds >= 0 or None ({value!r})"
+        )
+    return float(value)
+
+
+class Replies:
+    """The session's speech handles and its floor (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        on: Callable[[str, Callable[[Event], None]], object],
+        audio: Any = None,
+    ) -> None:
+        self._clock = clock
+        self.floor = Floor()
+        self._floor_changed = asyncio.Event()
+        self._seen: dict[str, None] = {}
+        self._live: list[SpeechHandle] = []
+        self._numbers = itertools.count(1)
+        self._ended: AvatarError | None = None
+        self._audio = audio
+        self._quiet_run: int | None = None  # counting quiet frames while an ask waits
+        self._quiet = asyncio.Event()
+        for name in REPLY_EVENTS:
+            on(name, self._on_event)
+        on("turn_resent", self._on_resent)
+        on("spiral_recovered", self._on_spiral)
+        on("user_started_talking", lambda _event: self.note_user("user_voice"))
+        if audio is not None:
+            audio.on_frame = self._on_frame
+
+    # -- handles ----------------------------------------------------------------------------
+    def register(self, text: str, *, media: bool) -> SpeechHandle:
+        """A handle for a turn about to be spoken (before it is sent: nothing missed)."""
+        match = ReplyMatch(stale=frozenset(self._seen))
+        handle = SpeechHandle(text, next(self._numbers), self._clock, match)
+        if media and self._audio is not None:
+            handle._arm_audio()
+        self._live.append(handle)
+        if len(self._live) > MAX_LIVE_HANDLES:
+            oldest = self._live.pop(0)
+            oldest._fail(
+                AvatarError(ErrorCode.INVALID_STATE, "too many turns in flight to follow its reply")
+            )
+        return handle
+
+    def note_user(self, cause: str) -> None:
+        """A user turn or barge-in: a reply in flight that is cut next was cut by it."""
+        for handle in self._live:
+            handle._match.note_user(cause)
+
+    def fail_all(self, error: AvatarError) -> None:
+        """The session ended: every handle in flight and every wait for the floor fails."""
+        self._ended = error
+        self.floor.reset()
+        self._floor_changed.set()
+        live, self._live = self._live, []
+        for handle in live:
+            handle._fail(error)
+
+    # -- the floor --------------------------------------------------------------------------
+    @property
+    def ended(self) -> AvatarError | None:
+        """The error the session ended with, once it did."""
+        return self._ended
+
+    async def until_free(self, deadline: float, gate_open: Callable[[], bool]) -> None:
+        """Until no agent turn holds the floor and ``gate_open()`` (the server takes typed
+        turns); ``TimeoutError`` at ``deadline`` (session clock), ``AvatarError`` if the
+        session ends meanwhile. Re-checked at every conversation event."""
+        clock = self._clock
+        while True:
+            if self._ended is not None:
+                raise self._ended
+            now = clock.monotonic()
+            if gate_open() and not self.floor.busy(now):
+                return
+            left = deadline - now
+            if left <= 0:
+                raise TimeoutError("the avatar kept the floor")
+            recheck = self.floor.recheck_in(now)
+            self._floor_changed.clear()
+            await sleep_or(
+                clock, left if recheck is None else min(left, recheck), self._floor_changed
+            )
+
+    async def until_quiet(self, deadline: float) -> None:
+        """With media: until the avatar's voice is quiet on this side (:data:`QUIET_FRAMES`
+        quiet frames in a row), at most :data:`AUDIO_GRACE` or until ``deadline``; at once
+        without media. The control channel says a reply was said before its last audio
+        arrives here; a question sent now would be heard as one voice with it."""
+        if self._audio is None or self._ended is not None:
+            return
+        limit = min(deadline, self._clock.monotonic() + AUDIO_GRACE) - self._clock.monotonic()
+        if limit <= 0:
+            return
+        self._quiet_run = 0
+        self._quiet.clear()
+        try:
+            await sleep_or(self._clock, limit, self._quiet)
+        finally:
+            self._quiet_run = None
+
+    # -- events -----------------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        self.floor.feed(event.name, event.data, event.at)
+        self._floor_changed.set()
+        speech_id = event.data.get("speech_id")
+        for handle in list(self._live):
+            handle._feed(event)
+            if handle.done():
+                self._live.remove(handle)
+        if isinstance(speech_id, str) and speech_id not in self._seen:
+            self._seen[speech_id] = None
+            if len(self._seen) > SEEN_SPEECH_IDS:
+                del self._seen[next(iter(self._seen))]
+
+    def _on_resent(self, event: Event) -> None:
+        text = event.data.get("text")
+        for handle in self._live:
+            if handle._match.question == text and not handle._match.ended:
+                handle._restart()
+
+    def _on_spiral(self, event: Event) -> None:
+        text = event.data.get("text")
+        for handle in self._live:
+            if handle._match.question == text and not handle._match.ended:
+                handle._restart()
+                handle._match.also_answers(f"{SPIRAL_RECOVERY_PREFIX}{text}")
+
+    def _on_frame(self, frame: Any) -> None:
+        listening = [h for h in self._live if h._listening()]
+        if not listening and self._quiet_run is None:
+            return
+        from ..media import frame_rms  # noqa: PLC0415 - PyAV only with media
+
+        try:
+            level = frame_rms(frame)
+        except Exception as exc:  # a frame it cannot read: no onset from it
+            log.debug("avatar frame level unreadable: %s", type(exc).__name__)
+            return
+        at = self._clock.monotonic()
+        if self._quiet_run is not None:
+            self._quiet_run = self._quiet_run + 1 if level <= AUDIBLE_RMS else 0
+            if self._quiet_run >= QUIET_FRAMES:
+                self._quiet.set()
+        for handle in listening:
+            handle._level(level, at)
