@@ -422,7 +422,7 @@ async def test_slow_async_handler_does_not_regress_offset(
     client.on("b", on_b)
     await connect(client, node_server)
     await client.emit("burst", 3)
-    await rec.wait_for("b", timeout=3)
+    await rec.wait_for("b", 3)
     assert rec.args("b")[-1] == (0, "item-0")  # the first event's handler did end last
 
     await drop_transport(client, node_server, gap=0)
