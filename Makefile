@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
+DOCS_JS_STAMP := tools/docs-assets/node_modules/.installed
 
-.PHONY: demo test test-matrix lint docs bench soak diagram clean venv
+.PHONY: demo test test-matrix lint docs bench soak diagram clean venv chromium
 
 venv: $(STAMP)
 
@@ -26,6 +27,26 @@ $(NODE_STAMP): tests/interop/node/package.json
 	cd tests/interop/node && npm install --no-audit --no-fund --silent
 	@touch $(NODE_STAMP)
 
+# The browser scripts the documentation site bundles so that it works offline (Mermaid, the
+# search worker's shim), from the project's own lock; tools/docs_offline.py publishes them.
+$(DOCS_JS_STAMP): tools/docs-assets/package.json tools/docs-assets/package-lock.json
+	cd tools/docs-assets && npm ci --no-audit --no-fund --silent
+	@touch $(DOCS_JS_STAMP)
+
+# Debian's Chromium for the docs' browser test (tests/release/test_docs_offline.py, driven by
+# Playwright, which downloads no browser): installed when missing and we are root (CI is),
+# else the command to run is printed and the target fails.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "chromium (the docs' browser test): apt-get install -y --no-install-recommends chromium"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else \
+	    echo "make test needs Chromium for the docs' browser test; run:" >&2; \
+	    echo "  sudo apt-get install -y --no-install-recommends chromium" >&2; exit 1; \
+	  fi; }
+
 demo: $(STAMP)
 	$(PY) -m avatar_sdk._cli demo
 
@@ -35,7 +56,7 @@ demo: $(STAMP)
 # `make test TEST_WORKERS=N`.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
 
-test: $(STAMP) $(NODE_STAMP)
+test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium
 	$(PY) -m pytest -q -m 'not slow' -n $(TEST_WORKERS)
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
@@ -44,7 +65,7 @@ test: $(STAMP) $(NODE_STAMP)
 # with that reason (tests/conftest.py), everything else runs.
 MATRIX ?= 3.12 3.13
 
-test-matrix: $(NODE_STAMP) $(foreach v,$(MATRIX),.venv-$(v)/.installed)
+test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow'"; \
 	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n $(TEST_WORKERS); \
@@ -72,7 +93,7 @@ lint: $(STAMP)
 # The documentation site into site/; --strict: a broken link, a page missing from the nav or
 # a reference block the code cannot fill fails the build. `python -m` so that the checkout's
 # avatar_sdk is the one documented.
-docs: $(STAMP)
+docs: $(STAMP) $(DOCS_JS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # Writes benchmarks/results.json, benchmarks/RESULTS.md and benchmarks/recovery-tiers.png.
@@ -83,4 +104,4 @@ diagram: $(STAMP)
 	$(PY) -m avatar_sdk._cli diagram
 
 clean:
-	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules site
+	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules tools/docs-assets/node_modules site
