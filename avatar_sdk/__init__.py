@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .events.bus import Event
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
+    from .scripted.session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig
     from .session.facade import AvatarSession, Health
 
 #: Public name -> the submodule that defines it.
@@ -36,6 +37,10 @@ _EXPORTS: dict[str, str] = {
     "EventName": ".events",
     "Health": ".session",
     "RetryPolicy": ".config",
+    "SayHandle": ".scripted",
+    "SayResult": ".scripted",
+    "ScriptedAvatarSession": ".scripted",
+    "ScriptedConfig": ".scripted",
     "SessionConfig": ".config",
     "Severity": ".errors",
     "converse_once": ".chat",
@@ -58,6 +63,10 @@ __all__ = [
     "EventName",
     "Health",
     "RetryPolicy",
+    "SayHandle",
+    "SayResult",
+    "ScriptedAvatarSession",
+    "ScriptedConfig",
     "SessionConfig",
     "Severity",
     "__version__",

@@ -36,6 +36,7 @@ from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
+from .scripted import AGENTIC_PREFIX, DEFAULT_VISUAL_ID, ScriptedBackend
 
 log = sdk_logger(__name__)
 
@@ -57,6 +58,8 @@ class StagingServer:
         advertise_host: str | None = None,
         control_api: bool = False,
         asr_report_interval: float | None = None,
+        scripted_idle_timeout: float = 120.0,
+        scripted_token_ttl: float = 24 * 3600.0,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -68,7 +71,10 @@ class StagingServer:
         HTTP control API (:mod:`.control`) for clients in other languages.
         ``asr_report_interval``: how often the ASR peers send RTCP receiver reports (None:
         aiortc's 0.5-1.5 s; seconds; ``math.inf``: never), also ``staging.media.
-        asr_report_interval`` at run time (see :class:`.media.StagingMedia`)."""
+        asr_report_interval`` at run time (see :class:`.media.StagingMedia`).
+        ``scripted_idle_timeout`` / ``scripted_token_ttl``: the avatar-session service's
+        idle reclaim and session-token lifetime (seconds; also ``staging.scripted.
+        idle_timeout`` / ``token_ttl`` at run time, see :mod:`.scripted`)."""
         self.host = host
         self.advertise_host = advertise_host
         self.control_api = control_api
@@ -88,6 +94,11 @@ class StagingServer:
         self.brain = Brain(self)
         self.faults = Faults(self)
         self.media = StagingMedia(self, asr_report_interval=asr_report_interval)
+        #: The avatar-session (scripted video) service: ``agentic_url``, ``admin_token``.
+        self.scripted = ScriptedBackend(
+            self, idle_timeout=scripted_idle_timeout, token_ttl=scripted_token_ttl
+        )
+        self.visual_id = DEFAULT_VISUAL_ID
         self.conversations: dict[str, Conversation] = {}
         self.received: list[ReceivedEvent] = []
         self.emitted: Counter[str] = Counter()
@@ -119,6 +130,7 @@ class StagingServer:
         app.router.add_get("/healthz", self._healthz)
         self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
+        self.scripted.add_routes(app)
         if self.control_api:
             control_routes(self)(app)
         self.add_routes(app)
@@ -216,6 +228,7 @@ class StagingServer:
         tasks = [t for c in self.conversations.values() for t in c.tasks]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.scripted.stop()
         await self.media.stop()
         self.sio.close_all_sessions()
         with best_effort("socket.io shutdown", log):
@@ -239,6 +252,16 @@ class StagingServer:
     def public_url(self) -> str:
         """The base URL handed to clients: ``url`` under ``advertise_host``, if set."""
         return f"{self._scheme}://{self.advertise_host or self.host}:{self.port}"
+
+    @property
+    def agentic_url(self) -> str:
+        """Base URL of the avatar-session service (``ScriptedAvatarSession``'s first argument)."""
+        return f"{self._scheme}://{self.host}:{self.port}{AGENTIC_PREFIX}"
+
+    @property
+    def admin_token(self) -> str:
+        """The admin token ``avatar-session/create`` accepts (``staging.token`` is refused)."""
+        return self.scripted.admin_token
 
     @property
     def genie_url(self) -> str:
