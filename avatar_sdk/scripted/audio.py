@@ -125,18 +125,23 @@ def encode_mp3(pcm: np.ndarray, rate: int, *, bitrate: int = 96_000) -> bytes:
 
 def _pcm_of(audio: object, sample_rate: int | None) -> tuple[np.ndarray, int]:
     if isinstance(audio, np.ndarray):
-        if sample_rate is None or isinstance(sample_rate, bool) or not 8000 <= sample_rate <= 192_000:
+        if (
+            sample_rate is None
+            or isinstance(sample_rate, bool)
+            or not 8000 <= sample_rate <= 192_000
+        ):
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT, "PCM audio needs sample_rate (8000-192000 Hz)"
             )
         if audio.dtype != np.int16:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "PCM audio must be int16 samples")
-        if audio.ndim == 2:  # (samples, channels) or (channels, samples): mixed to mono
-            axis = 1 if audio.shape[0] >= audio.shape[1] else 0
-            audio = audio.astype(np.int32).mean(axis=axis).astype(np.int16)
-        elif audio.ndim != 1:
+        samples: np.ndarray = audio
+        if samples.ndim == 2:  # (samples, channels) or (channels, samples): mixed to mono
+            axis = 1 if samples.shape[0] >= samples.shape[1] else 0
+            samples = samples.astype(np.int32).mean(axis=axis).astype(np.int16)
+        elif samples.ndim != 1:
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "PCM audio must be 1- or 2-D")
-        return audio, int(sample_rate)
+        return samples, int(sample_rate)
     if isinstance(audio, Sequence) and not isinstance(audio, str | bytes | bytearray):
         return _frames_to_pcm(audio, _MP3_RATE), _MP3_RATE
     raise AvatarError(
@@ -149,7 +154,8 @@ def _pcm_of(audio: object, sample_rate: int | None) -> tuple[np.ndarray, int]:
 def _checked(duration: float) -> float:
     if not (math.isfinite(duration) and 0 < duration <= MAX_DURATION):
         raise AvatarError(
-            ErrorCode.INVALID_ARGUMENT, f"the audio lasts {duration:.3g}s (must be 0-{MAX_DURATION:g}s)"
+            ErrorCode.INVALID_ARGUMENT,
+            f"the audio lasts {duration:.3g}s (must be 0-{MAX_DURATION:g}s)",
         )
     return duration
 
@@ -179,4 +185,6 @@ def prepare(audio: object, duration: float | None, sample_rate: int | None = Non
     if not len(pcm):
         raise AvatarError(ErrorCode.INVALID_ARGUMENT, "the audio has no samples")
     measured = _checked(len(pcm) / rate)
-    return PreparedAudio(encode_mp3(pcm, rate), float(duration) if duration is not None else measured)
+    return PreparedAudio(
+        encode_mp3(pcm, rate), float(duration) if duration is not None else measured
+    )

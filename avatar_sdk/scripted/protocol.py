@@ -208,18 +208,21 @@ class VoiceDetector:
                 self.voiced = True
                 edges.append(("onset", at))
             self.last_voice_end = at + length
-        elif self.voiced and self.last_voice_end is not None:
-            if at + length - self.last_voice_end >= self.hangover:
-                self.voiced = False
-                edges.append(("offset", self.last_voice_end))
+        elif (
+            self.voiced
+            and self.last_voice_end is not None
+            and at + length - self.last_voice_end >= self.hangover
+        ):
+            self.voiced = False
+            edges.append(("offset", self.last_voice_end))
         return edges
 
     def silence(self, at: float) -> list[VoiceEdge]:
         """No frame arrived until ``at`` (a dead downlink): voice in progress ends."""
-        if self.voiced and self.last_voice_end is not None:
-            if at - self.last_voice_end >= self.hangover:
-                self.voiced = False
-                return [("offset", self.last_voice_end)]
+        end = self.last_voice_end
+        if self.voiced and end is not None and at - end >= self.hangover:
+            self.voiced = False
+            return [("offset", end)]
         return []
 
 

@@ -95,8 +95,10 @@ class ScriptedConfig:
             "voice_threshold", "voice_hangover",
         ):  # fmt: skip
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                math.isfinite(value) and value > 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value > 0)
             ):
                 raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{name} must be a number > 0")
         if not (math.isfinite(self.expiry_warning) and self.expiry_warning >= 0):
@@ -153,7 +155,9 @@ class SayHandle:
         state = (
             f"finished:{self.finished.result().reason}"
             if self.finished.done()
-            else "started" if self.started.done() else "queued"
+            else "started"
+            if self.started.done()
+            else "queued"
         )
         return f"<SayHandle {self.turn_id} {self.duration:.2f}s {state}>"
 
@@ -297,7 +301,9 @@ class ScriptedAvatarSession(EventSource):
     def avatar_video(self) -> MediaStreamTrack | None:
         return self._video_track if self._video else None
 
-    def frames(self, kind: Literal["audio", "video"] = "audio", *, max_queue: int = 50) -> FrameIterator:
+    def frames(
+        self, kind: Literal["audio", "video"] = "audio", *, max_queue: int = 50
+    ) -> _ReaderIterator:
         """A fresh async iterator over the avatar's decoded ``av`` frames of ``kind``,
         independent of ``avatar_audio`` and other readers, lasting across re-subscribes.
         Close it (``async with`` / ``aclose()``) when done; the session's end ends it."""
@@ -319,8 +325,8 @@ class ScriptedAvatarSession(EventSource):
     def record(self, path: str | os.PathLike[str]) -> Recorder:
         """A :class:`~avatar_sdk.media.recorder.Recorder` of the avatar's voice (and video);
         ``await rec.start()`` ... ``await rec.stop()``."""
-        audio = self.frames("audio")._reader  # noqa: SLF001 - our own iterator type
-        video = self.frames("video")._reader if self._video else None  # noqa: SLF001
+        audio = self.frames("audio")._reader
+        video = self.frames("video")._reader if self._video else None
         return record_avatar(audio, video, path)
 
     def health(self) -> Health:
@@ -501,7 +507,9 @@ class ScriptedAvatarSession(EventSource):
         await self._supervisor.aclose(grace, spare=asyncio.current_task())
         now = self._clock.monotonic()
         self._apply(self._ledger.end(now))
-        if self._created is not None and (error is None or error.code is not ErrorCode.SESSION_GONE):
+        if self._created is not None and (
+            error is None or error.code is not ErrorCode.SESSION_GONE
+        ):
             try:
                 async with asyncio.timeout(grace):
                     await self._call("end", retry=False)
@@ -532,6 +540,7 @@ class ScriptedAvatarSession(EventSource):
                     "code": str(error.code) if error is not None else None,
                     "severity": str(info.severity) if info is not None else "info",
                     "recoverable": info.retryable if info is not None else False,
+                    "message": error.message if error is not None else "the session ended",
                 },
             )
         self._ended.set()
@@ -576,7 +585,9 @@ class ScriptedAvatarSession(EventSource):
         handle = SayHandle(turn, prepared.duration, called)
         sent = self._clock.monotonic()
         try:
-            body = await self._post(session_path(created.session_id, "say-audio"), "say-audio", form=form)
+            body = await self._post(
+                session_path(created.session_id, "say-audio"), "say-audio", form=form
+            )
         except AvatarError as error:
             self._on_call_error(error)
             raise
@@ -708,9 +719,17 @@ class ScriptedAvatarSession(EventSource):
             return "no downlink"
         if stv.state in ("failed", "closed"):
             return f"stv peer {stv.state}"
-        since = max(m for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since) if m is not None) if any(
-            m is not None for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since)
-        ) else None
+        since = (
+            max(
+                m
+                for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since)
+                if m is not None
+            )
+            if any(
+                m is not None for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since)
+            )
+            else None
+        )
         if since is not None and now - since > self.config.media_stall_timeout:
             return f"no media for {now - since:.1f}s"
         return None
@@ -769,16 +788,18 @@ class _ReaderIterator(FrameIterator):
         self, reader: FanoutTrack, *, max_queue: int, on_close: Callable[[], None]
     ) -> None:
         super().__init__(reader, max_queue=max_queue)
-        self._reader = reader
+        self.reader = reader
         self._on_close = on_close
 
     async def aclose(self) -> None:
         self._on_close()
-        self._reader.stop()
+        self.reader.stop()
         await super().aclose()
 
 
-def pcm_tone(frequency: float, seconds: float, rate: int = 48_000, amplitude: float = 0.3) -> np.ndarray:
+def pcm_tone(
+    frequency: float, seconds: float, rate: int = 48_000, amplitude: float = 0.3
+) -> np.ndarray:
     """int16 mono samples of a sine (for examples and tests of ``say``)."""
     t = np.arange(int(seconds * rate)) / rate
     return (np.sin(2 * np.pi * frequency * t) * amplitude * 32767).astype(np.int16)

@@ -331,9 +331,7 @@ class ScriptedBackend:
         session_id = "avs-" + secrets.token_hex(6)
         exp = time.time() + self.token_ttl
         token = make_jwt({"sid": session_id, "exp": exp, "scope": "avatar-session"})
-        session = ScriptedStagingSession(
-            session_id, token, visual_id, exp, Player(self.gap)
-        )
+        session = ScriptedStagingSession(session_id, token, visual_id, exp, Player(self.gap))
         self.sessions[session_id] = session
         session.task = asyncio.ensure_future(self._watch(session))
         return self._reply("create", web.json_response({"sessionId": session_id, "token": token}))
@@ -342,7 +340,9 @@ class ScriptedBackend:
         verb = request.match_info["verb"]
         session = self.sessions.get(request.match_info["session_id"])
         if verb == "say-text":
-            return self._reply(verb, _problem(503, "unavailable", "Service temporarily unavailable"))
+            return self._reply(
+                verb, _problem(503, "unavailable", "Service temporarily unavailable")
+            )
         handler = {
             "init-client": self._init_client,
             "say-audio": self._say_audio,
@@ -362,7 +362,9 @@ class ScriptedBackend:
         session.last_call = time.monotonic()
         return self._reply(verb, await handler(session, request))
 
-    async def _init_client(self, session: ScriptedStagingSession, request: web.Request) -> web.Response:
+    async def _init_client(
+        self, session: ScriptedStagingSession, request: web.Request
+    ) -> web.Response:
         session.init_clients += 1
         media = self._server.media
         media.streams[session.stream] = session.sid
@@ -371,7 +373,9 @@ class ScriptedBackend:
             {"whepUrl": url, "turn": {"url": "", "username": "", "credential": ""}}
         )
 
-    async def _say_audio(self, session: ScriptedStagingSession, request: web.Request) -> web.Response:
+    async def _say_audio(
+        self, session: ScriptedStagingSession, request: web.Request
+    ) -> web.Response:
         if self.say_refusals:
             status = self.say_refusals.popleft()
             return _problem(status, "injected", "say refused (injected fault)")
@@ -386,7 +390,11 @@ class ScriptedBackend:
             seconds = float(str(duration))
         except ValueError:
             seconds = math.nan
-        if not isinstance(turn_id, str) or not turn_id or not (math.isfinite(seconds) and 0 < seconds <= 600):
+        if (
+            not isinstance(turn_id, str)
+            or not turn_id
+            or not (math.isfinite(seconds) and 0 < seconds <= 600)
+        ):
             return _problem(400, "bad_request", "turnId and duration (seconds > 0) required")
         data = audio.file.read() if isinstance(audio, web.FileField) else None
         if not data:
@@ -402,16 +410,22 @@ class ScriptedBackend:
         session.player.queue.append(Clip(turn_id, seconds, clip_pcm, time.monotonic()))
         return web.json_response({"success": True})
 
-    async def _interrupt(self, session: ScriptedStagingSession, request: web.Request) -> web.Response:
+    async def _interrupt(
+        self, session: ScriptedStagingSession, request: web.Request
+    ) -> web.Response:
         session.interrupts += 1
         session.player.interrupt(time.monotonic())
         return web.json_response({"success": True})
 
-    async def _keep_alive(self, session: ScriptedStagingSession, request: web.Request) -> web.Response:
+    async def _keep_alive(
+        self, session: ScriptedStagingSession, request: web.Request
+    ) -> web.Response:
         session.keep_alives += 1
         return web.json_response({"success": True})
 
-    async def _end_call(self, session: ScriptedStagingSession, request: web.Request) -> web.Response:
+    async def _end_call(
+        self, session: ScriptedStagingSession, request: web.Request
+    ) -> web.Response:
         await self._end(session, "ended by the client")
         return web.json_response({"success": True})
 
@@ -458,4 +472,3 @@ def _decode(data: bytes) -> np.ndarray:
     except (av.FFmpegError, OSError) as exc:
         raise ValueError(str(exc)) from None
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-

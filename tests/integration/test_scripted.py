@@ -143,7 +143,9 @@ async def test_queued_says_start_and_finish_in_order(
     assert [p.turn_id for p in played] == [h.turn_id for h in handles]
 
 
-async def test_interrupt_cuts_the_say_playing(staging: StagingServer, leak_check: LeakCheck) -> None:
+async def test_interrupt_cuts_the_say_playing(
+    staging: StagingServer, leak_check: LeakCheck
+) -> None:
     async with scripted(staging) as session:
         handle = await session.say(pcm_tone(440, 5.0), sample_rate=48_000)
         started = await asyncio.wait_for(handle.started, 5)
@@ -251,9 +253,9 @@ async def test_a_conversation_token_is_refused_with_wrong_token_scope(
 async def test_say_text_is_503_and_not_wrapped(staging: StagingServer) -> None:
     import aiohttp  # noqa: PLC0415
 
-    async with aiohttp.ClientSession() as http:
-        async with http.post(staging.agentic_url + "/avatar-session/x/say-text", json={}) as r:
-            assert r.status == 503
+    url = staging.agentic_url + "/avatar-session/x/say-text"
+    async with aiohttp.ClientSession() as http, http.post(url, json={}) as r:
+        assert r.status == 503
     assert not hasattr(ScriptedAvatarSession, "say_text")
 
 
@@ -298,7 +300,7 @@ async def test_secrets_stay_out_of_logs_reprs_and_errors(
         with pytest.raises(AvatarError) as caught:
             await session.say(pcm_tone(440, 0.2), sample_rate=48_000)
         texts += [str(caught.value), repr(caught.value)]
-        texts.append(repr(session._created))  # noqa: SLF001
+        texts.append(repr(session._created))
     texts += [r.getMessage() for r in caplog.records]
     for secret in (staging.admin_token, session_token):
         assert not any(secret in t for t in texts)

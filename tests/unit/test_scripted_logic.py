@@ -33,7 +33,9 @@ def jwt(claims: dict[str, Any]) -> str:
 
 
 # -- voice detector ----------------------------------------------------------------------------
-def feed(detector: VoiceDetector, levels: list[float], start: float = 0.0) -> list[tuple[str, float]]:
+def feed(
+    detector: VoiceDetector, levels: list[float], start: float = 0.0
+) -> list[tuple[str, float]]:
     edges = []
     for i, level in enumerate(levels):
         edges += detector.feed(level, start + i * 0.02, 0.02)
@@ -146,14 +148,22 @@ def test_jwt_exp_is_read_and_junk_is_none() -> None:
 
 def test_answers_are_validated() -> None:
     created = parse_create({"sessionId": "s1", "token": jwt({"exp": 5})})
-    assert created.expires_at == 5.0 and "token" not in repr(created).split("(", 1)[1].split("=")[0:1]
+    assert created.expires_at == 5.0
     assert created.token not in repr(created)
-    for bad in (None, [], {"sessionId": "s"}, {"sessionId": 3, "token": "t"}, {"sessionId": "", "token": "t"}):
+    for bad in (
+        None,
+        [],
+        {"sessionId": "s"},
+        {"sessionId": 3, "token": "t"},
+        {"sessionId": "", "token": "t"},
+    ):
         with pytest.raises(AvatarError) as caught:
             parse_create(bad)
         assert caught.value.code is ErrorCode.PROTOCOL_VIOLATION
-    init = parse_init_client({"whepUrl": "https://h/w", "turn": {"url": "turn.h", "username": "u", "credential": "c"}})
-    assert init.whep_url == "https://h/w" and init.turn_url == "turn.h" and "c" not in repr(init).split("turn_url")[1].replace("turn.h", "")
+    turn = {"url": "turn.h", "username": "user-1", "credential": "cred-1"}
+    init = parse_init_client({"whepUrl": "https://h/w", "turn": turn})
+    assert init.whep_url == "https://h/w" and init.turn_url == "turn.h"
+    assert "cred-1" not in repr(init) and "user-1" not in repr(init)
     with pytest.raises(AvatarError):
         parse_init_client({"whepUrl": 7})
     assert session_path("a/b", "end") == "/avatar-session/a%2Fb/end"
@@ -187,7 +197,9 @@ class _Stub:
         self.calls: list[tuple[str, float]] = []
 
 
-async def stub_session(clock: FakeClock, config: ScriptedConfig, exp: float | None) -> tuple[ScriptedAvatarSession, _Stub]:
+async def stub_session(
+    clock: FakeClock, config: ScriptedConfig, exp: float | None
+) -> tuple[ScriptedAvatarSession, _Stub]:
     session = ScriptedAvatarSession(
         "https://agentic.example", "admin-token-xyz", "v1", config=config, clock=clock
     )
@@ -234,7 +246,11 @@ async def test_session_expiring_fires_lead_seconds_before_exp() -> None:
 
 
 async def test_config_is_checked() -> None:
-    for bad in ({"keep_alive_interval": 0}, {"voice_threshold": -1}, {"expiry_warning": float("nan")}):
+    for bad in (
+        {"keep_alive_interval": 0},
+        {"voice_threshold": -1},
+        {"expiry_warning": float("nan")},
+    ):
         with pytest.raises(AvatarError) as caught:
             ScriptedConfig(**bad)  # type: ignore[arg-type]
         assert caught.value.code is ErrorCode.INVALID_ARGUMENT
