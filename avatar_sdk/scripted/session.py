@@ -307,6 +307,11 @@ class ScriptedAvatarSession(EventSource):
         """A fresh async iterator over the avatar's decoded ``av`` frames of ``kind``,
         independent of ``avatar_audio`` and other readers, lasting across re-subscribes.
         Close it (``async with`` / ``aclose()``) when done; the session's end ends it."""
+        reader, drop = self._reader_track(kind, max_queue)
+        return _ReaderIterator(reader, max_queue=max_queue, on_close=drop)
+
+    def _reader_track(self, kind: str, max_queue: int) -> tuple[FanoutTrack, Callable[[], None]]:
+        """A new reader of the avatar's ``kind`` frames, and the function that detaches it."""
         if kind not in ("audio", "video"):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "kind must be 'audio' or 'video'")
         hub = self._audio if kind == "audio" else self._video_track
@@ -315,18 +320,17 @@ class ScriptedAvatarSession(EventSource):
             reader.stop()
         hub.readers.append(reader)
 
-        def drop(_: Any = None) -> None:
+        def drop() -> None:
             if reader in hub.readers:
                 hub.readers.remove(reader)
 
-        reader.on("ended", drop)
-        return _ReaderIterator(reader, max_queue=max_queue, on_close=drop)
+        return reader, drop
 
     def record(self, path: str | os.PathLike[str]) -> Recorder:
         """A :class:`~avatar_sdk.media.recorder.Recorder` of the avatar's voice (and video);
         ``await rec.start()`` ... ``await rec.stop()``."""
-        audio = self.frames("audio")._reader
-        video = self.frames("video")._reader if self._video else None
+        audio, _ = self._reader_track("audio", 50)
+        video = self._reader_track("video", 30)[0] if self._video else None
         return record_avatar(audio, video, path)
 
     def health(self) -> Health:

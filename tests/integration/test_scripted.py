@@ -332,3 +332,22 @@ async def test_no_onset_resolves_the_handle_with_a_reason(
         handle = await session.say(np.zeros(9600, dtype=np.int16), sample_rate=48_000)
         result = await asyncio.wait_for(asyncio.shield(handle.finished), 6)
         assert result.reason == "no_onset" and await handle.started is None
+
+
+async def test_a_recording_carries_what_the_avatar_said(
+    staging: StagingServer, leak_check: LeakCheck, tmp_path: Any
+) -> None:
+    path = tmp_path / "avatar.mkv"
+    async with scripted(staging) as session:
+        recorder = session.record(path)
+        await recorder.start()
+        handle = await session.say(pcm_tone(660, 1.0), sample_rate=48_000)
+        assert (await handle).reason == "played"
+        await recorder.stop()
+    from avatar_sdk.scripted.audio import decode_pcm  # noqa: PLC0415
+
+    recorded = decode_pcm(path.read_bytes())
+    loud = recorded[np.abs(recorded) > 2000]
+    assert len(loud) > 0.3 * 48_000
+    window = recorded[np.argmax(np.abs(recorded) > 2000) :][: 48_000 // 2]
+    assert abs(dominant_frequency(window) - 660) < 15
