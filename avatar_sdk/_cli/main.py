@@ -20,6 +20,7 @@ from .._version import __version__
 from ..errors import AvatarError
 from ..testing import StagingServer
 from ..testing.control import CONTROL_PREFIX
+from ..testing.scripted import AGENTIC_PREFIX
 from . import exits
 from .fleet import command as fleet_command
 from .options import TOKEN_ENV, read_token
@@ -229,7 +230,18 @@ async def serve(host: str, port: int, token: str | None, advertise_host: str | N
     )
     await staging.start()
     url = staging.public_url
-    print(json.dumps({"url": url, "genie_url": f"{url}/genie", "token": staging.token}))
+    print(
+        json.dumps(
+            {
+                "url": url,
+                "genie_url": f"{url}/genie",
+                "token": staging.token,
+                "agentic_url": f"{url}{AGENTIC_PREFIX}",
+                "admin_token": staging.admin_token,
+                "visual_id": staging.visual_id,
+            }
+        )
+    )
     print(
         f"faults: POST {url}{CONTROL_PREFIX}/faults/<name>, brain scripts: POST "
         f"{url}{CONTROL_PREFIX}/brain/<name>, with JSON keyword arguments",

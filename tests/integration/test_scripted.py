@@ -351,3 +351,41 @@ async def test_a_recording_carries_what_the_avatar_said(
     assert len(loud) > 0.3 * 48_000
     window = recorded[np.argmax(np.abs(recorded) > 2000) :][: 48_000 // 2]
     assert abs(dominant_frequency(window) - 660) < 15
+
+
+async def test_staging_serve_speaks_the_avatar_session_protocol() -> None:
+    """``avatar-sdk staging serve`` hands out the agentic URL, admin token and visual id;
+    the say fault is driven over its HTTP control API."""
+    import json  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "avatar_sdk._cli", "staging", "serve", "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+        session = ScriptedAvatarSession(
+            info["agentic_url"], info["admin_token"], info["visual_id"],
+            allow_insecure_transport=True, config=FAST,
+        )  # fmt: skip
+        async with session:
+            async with aiohttp.ClientSession() as http:
+                url = f"{info['url']}/_control/faults/say_refused"
+                async with http.post(url, json={"status": 502}) as resp:
+                    assert resp.status == 200
+            with pytest.raises(AvatarError) as caught:
+                await session.say(pcm_tone(440, 0.3), sample_rate=48_000)
+            assert caught.value.code is ErrorCode.SERVER_ERROR
+            handle = await session.say(pcm_tone(440, 0.3), sample_rate=48_000)
+            assert (await handle).reason == "played"
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 130
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
