@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet
+fleet, scripted
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -31,6 +31,7 @@ from . import (
     pacing,
     recovery,
     resilience,
+    scripted,
     throughput,
     uplink,
 )
@@ -50,12 +51,14 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "asr": (resilience.ASR_TITLE, resilience.run_asr),
     "load": (load.TITLE, load.run),
     "fleet": (fleet.TITLE, fleet.run),
+    "scripted": (scripted.TITLE, scripted.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
     "connect", "recovery", "throughput", "media", "pacing", "resilience", "uplink", "guards",
     "load",
     "fleet",
+    "scripted",
 )  # fmt: skip
 
 
