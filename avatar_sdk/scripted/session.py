@@ -263,6 +263,9 @@ class ScriptedAvatarSession(EventSource):
         self._ended = asyncio.Event()
         self._watching_since: float | None = None
         self._says = 0
+        #: Says go out one at a time, in call order: the server queues them in arrival
+        #: order, and the ledger must hold them in the same order.
+        self._say_lock = asyncio.Lock()
         self.resubscribes = 0
         self.keep_alives = 0
 
@@ -577,6 +580,17 @@ class ScriptedAvatarSession(EventSource):
         """
         self._check_live("say")
         called = self._clock.monotonic()
+        async with self._say_lock:
+            return await self._say(audio, duration, sample_rate, turn_id, called)
+
+    async def _say(
+        self,
+        audio: Any,
+        duration: float | None,
+        sample_rate: int | None,
+        turn_id: str | None,
+        called: float,
+    ) -> SayHandle:
         prepared = await asyncio.to_thread(audio_prep.prepare, audio, duration, sample_rate)
         self._check_live("say")
         self._says += 1
@@ -718,24 +732,17 @@ class ScriptedAvatarSession(EventSource):
                 return
 
     def _downlink_down(self, now: float) -> str | None:
+        """Why the downlink is dead now, or None while it delivers."""
         stv = self._stv
         if stv is None:
             return "no downlink"
         if stv.state in ("failed", "closed"):
             return f"stv peer {stv.state}"
-        since = (
-            max(
-                m
-                for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since)
-                if m is not None
-            )
-            if any(
-                m is not None for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since)
-            )
-            else None
-        )
-        if since is not None and now - since > self.config.media_stall_timeout:
-            return f"no media for {now - since:.1f}s"
+        # Silence counts from the last frame, the subscription or the last recovery,
+        # whichever is latest: time spent re-subscribing is not a stall.
+        marks = [m for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since) if m]
+        if marks and now - max(marks) > self.config.media_stall_timeout:
+            return f"no media for {now - max(marks):.1f}s"
         return None
 
     async def _resubscribe(self, why: str, attempt: int) -> bool:

@@ -143,6 +143,19 @@ async def test_queued_says_start_and_finish_in_order(
     assert [p.turn_id for p in played] == [h.turn_id for h in handles]
 
 
+async def test_says_made_at_once_are_queued_in_call_order(
+    staging: StagingServer, leak_check: LeakCheck
+) -> None:
+    async with scripted(staging) as session:
+        tones = [pcm_tone(f, 0.4) for f in (440, 660, 880)]
+        handles = await asyncio.gather(*(session.say(t, sample_rate=48_000) for t in tones))
+        results = [await h for h in handles]
+    assert [r.reason for r in results] == ["played"] * 3
+    assert [r.at for r in results] == sorted(r.at for r in results)
+    played = staging.scripted.sessions[session.session_id or ""].played
+    assert [p.turn_id for p in played] == [h.turn_id for h in handles]
+
+
 async def test_interrupt_cuts_the_say_playing(
     staging: StagingServer, leak_check: LeakCheck
 ) -> None:
