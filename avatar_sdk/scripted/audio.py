@@ -161,7 +161,21 @@ def _checked(duration: float) -> float:
 
 
 def prepare(audio: object, duration: float | None, sample_rate: int | None = None) -> PreparedAudio:
-    """The mp3 to upload and its duration (``duration`` if given, else measured)."""
+    """The mp3 to upload and its duration (``duration`` if given, else measured).
+
+    Raises ``AvatarError``: ``invalid_argument`` for audio that cannot be used,
+    ``media_failed`` when PyAV cannot encode it (an FFmpeg build without libmp3lame)."""
+    try:
+        return _prepare(audio, duration, sample_rate)
+    except AvatarError:
+        raise
+    except (av.FFmpegError, ValueError, TypeError, OSError) as exc:
+        raise AvatarError(
+            ErrorCode.MEDIA_FAILED, f"audio could not be converted to mp3 ({type(exc).__name__})"
+        ) from None
+
+
+def _prepare(audio: object, duration: float | None, sample_rate: int | None) -> PreparedAudio:
     if duration is not None:
         if isinstance(duration, bool) or not isinstance(duration, int | float):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "duration must be seconds (a number)")

@@ -261,9 +261,11 @@ class SayLedger:
     playing (``ready_at``) and finishes at the first offset once most of its duration has
     played (an earlier pause is a pause within it). The caller's ``duration`` bounds
     everything: no onset within ``duration + onset_margin`` of ``ready_at`` finishes it
-    with ``no_onset``; voice still going ``end_margin`` past ``started + duration``
-    finishes it at ``started + duration`` (``bound``) and, as the voice goes on, the next
-    say starts there (says queued back to back leave no quiet between them).
+    with ``no_onset``; voice still going past ``started + duration`` by ``end_margin``
+    (another say is queued behind it) or ``onset_margin`` (none is: only late media can
+    carry it that far) finishes it at ``started + duration`` (``bound``) and, as the voice
+    goes on, the next say starts there (says queued back to back leave no quiet between
+    them).
     """
 
     def __init__(
@@ -359,7 +361,10 @@ class SayLedger:
                     continue
                 break
             bound = head.started_at + head.duration
-            if now >= bound + self.end_margin:
+            # Voice past the duration splits says queued back to back at ``end_margin``;
+            # with nothing queued behind it, late media gets the longer ``onset_margin``.
+            margin = self.end_margin if len(self._queue) > 1 else self.onset_margin
+            if now >= bound + margin:
                 if self.voiced:
                     at = bound
                 elif self.last_offset is not None and self.last_offset >= head.started_at:

@@ -121,7 +121,8 @@ async def test_the_avatar_says_the_tone_it_was_given(
         result = await handle
     assert started is not None and handle.called_at < started < result.at
     assert result.reason == "played" and not result.interrupted
-    assert abs((result.at - started) - 1.0) < 0.25, result.at - started
+    # On the downlink's arrival times: a loaded machine delays and bunches frames.
+    assert 0.6 < result.at - started < 1.8, result.at - started
     assert len(heard) > 0.6 * 48_000
     assert abs(dominant_frequency(heard) - frequency) < 15, dominant_frequency(heard)
     (played,) = staging.scripted.sessions[session.session_id or ""].played
@@ -174,12 +175,12 @@ async def test_interrupt_cuts_the_say_playing(
 async def test_keep_alive_keeps_the_session_past_the_idle_reclaim(
     staging: StagingServer, leak_check: LeakCheck
 ) -> None:
-    staging.scripted.idle_timeout = 0.8
-    config = ScriptedConfig(keep_alive_interval=0.2, media_stall_timeout=1.0, close_timeout=1.0)
+    staging.scripted.idle_timeout = 2.0
+    config = ScriptedConfig(keep_alive_interval=0.25, media_stall_timeout=1.0, close_timeout=1.0)
     async with scripted(staging, config=config) as session:
         backend = staging.scripted.sessions[session.session_id or ""]
-        # Well past the idle timeout, with only keep-alives: still there.
-        assert await until(lambda: backend.keep_alives >= 10, timeout=10)
+        # Past the idle timeout (12 x 0.25 s > 2 s), with only keep-alives: still there.
+        assert await until(lambda: backend.keep_alives >= 12, timeout=20)
         assert not backend.ended and session.state == "live"
         handle = await session.say(pcm_tone(440, 0.4), sample_rate=48_000)
         assert (await handle).reason == "played"
@@ -402,3 +403,17 @@ async def test_staging_serve_speaks_the_avatar_session_protocol() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_404_on_a_call_ends_the_session_gone(
+    staging: StagingServer, leak_check: LeakCheck
+) -> None:
+    """The server forgot the session (its peers still up): the next call's 404 ends it."""
+    async with scripted(staging) as session:
+        staging.scripted.sessions[session.session_id or ""].ended = True
+        ended = session.expect("ended", timeout=5)
+        with pytest.raises(AvatarError) as caught:
+            await session.keep_alive()
+        assert caught.value.code is ErrorCode.SESSION_GONE
+        assert (await ended).data["code"] == "session_gone"
+        assert session.health().upstream == "failed"

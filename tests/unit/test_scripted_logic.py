@@ -110,6 +110,21 @@ def test_back_to_back_voice_is_split_by_the_duration_bound() -> None:
     assert (end.turn_id, end.reason) == ("b", "played")
 
 
+def test_a_lone_say_waits_longer_for_its_offset() -> None:
+    """Nothing queued behind it: voice late past the duration (late media) still ends it
+    as played; the bound only trips after ``onset_margin``."""
+    ledger = SayLedger(end_margin=0.5, onset_margin=2.0)
+    ledger.add("a", 1.0, 0.0)
+    ledger.on_edge("onset", 0.1)
+    assert ledger.tick(2.0) == []
+    (end,) = ledger.on_edge("offset", 2.2)
+    assert end.reason == "played"
+    ledger.add("b", 1.0, 3.0)
+    ledger.on_edge("onset", 3.1)
+    (bound,) = ledger.tick(4.1 + 2.0)
+    assert (bound.reason, bound.at) == ("bound", pytest.approx(4.1))
+
+
 def test_no_onset_within_duration_and_margin_finishes_with_a_reason() -> None:
     ledger = SayLedger(onset_margin=2.0)
     ledger.add("a", 1.0, 5.0)
@@ -254,3 +269,18 @@ async def test_config_is_checked() -> None:
         with pytest.raises(AvatarError) as caught:
             ScriptedConfig(**bad)  # type: ignore[arg-type]
         assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_encoder_failure_is_classified(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An FFmpeg build that cannot encode mp3: ``media_failed``, not a raw PyAV error."""
+    import numpy as np  # noqa: PLC0415
+
+    from avatar_sdk.scripted import audio  # noqa: PLC0415
+
+    def broken(pcm: Any, rate: int, **kwargs: Any) -> bytes:
+        raise ValueError("no libmp3lame")
+
+    monkeypatch.setattr(audio, "encode_mp3", broken)
+    with pytest.raises(AvatarError) as caught:
+        audio.prepare(np.zeros(4800, dtype=np.int16), None, 48_000)
+    assert caught.value.code is ErrorCode.MEDIA_FAILED
