@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .events.bus import Event
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
+    from .scripted.session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig
     from .session.facade import AvatarSession, Health
     from .session.replies import Reply
     from .session.speech import SpeechHandle
@@ -39,6 +40,10 @@ _EXPORTS: dict[str, str] = {
     "Health": ".session",
     "Reply": ".session",
     "RetryPolicy": ".config",
+    "SayHandle": ".scripted",
+    "SayResult": ".scripted",
+    "ScriptedAvatarSession": ".scripted",
+    "ScriptedConfig": ".scripted",
     "SessionConfig": ".config",
     "Severity": ".errors",
     "SpeechHandle": ".session",
@@ -63,6 +68,10 @@ __all__ = [
     "Health",
     "Reply",
     "RetryPolicy",
+    "SayHandle",
+    "SayResult",
+    "ScriptedAvatarSession",
+    "ScriptedConfig",
     "SessionConfig",
     "Severity",
     "SpeechHandle",

@@ -53,6 +53,8 @@ class ErrorCode(StrEnum):
     CLOSED = "closed"
     INTERNAL = "internal"
     UNREACHABLE = "unreachable"
+    WRONG_TOKEN_SCOPE = "wrong_token_scope"
+    SERVER_ERROR = "server_error"
 
 
 class Category(StrEnum):
@@ -158,6 +160,16 @@ CATALOGUE: Final[dict[ErrorCode, CodeInfo]] = {
     ErrorCode.CLOSED: CodeInfo(_E, False, Category.CLIENT, "The session is closed."),
     ErrorCode.UNREACHABLE: CodeInfo(
         _E, True, Category.NETWORK, "The server could not be reached (the connection never opened)."
+    ),
+    ErrorCode.WRONG_TOKEN_SCOPE: CodeInfo(
+        _F,
+        False,
+        Category.AUTH,
+        "The token has the wrong scope for this call (an avatar session is created with an"
+        " admin token, not a conversation token).",
+    ),
+    ErrorCode.SERVER_ERROR: CodeInfo(
+        _E, True, Category.SERVER, "The server answered with an error (HTTP 5xx)."
     ),
     ErrorCode.INTERNAL: CodeInfo(
         _F, False, Category.CLIENT, "An internal task of the SDK failed (a bug: please report)."

@@ -96,6 +96,18 @@ ADVICE: Final[dict[ErrorCode, Advice]] = {
         "Nothing: recovery handles it. If every recovery ends here, the media server is "
         "dropping sessions; report it.",
     ),
+    _C.WRONG_TOKEN_SCOPE: Advice(
+        "`ScriptedAvatarSession` was given a token the agentic host refuses for this call: "
+        "`avatar-session/create` needs an admin token, and a conversation token is refused.",
+        "Mint an admin token on your server (never in a browser) and pass it as "
+        "`admin_token`; the conversation token belongs to `AvatarSession`.",
+    ),
+    _C.SERVER_ERROR: Advice(
+        "The server answered a request with HTTP 5xx (a `say` it could not take, a "
+        "keep-alive it failed). Retryable; requests that are not idempotent (`say`) are "
+        "not retried by the SDK.",
+        "Retry the call later; if it persists, the service is degraded: report it.",
+    ),
     _C.UNREACHABLE: Advice(
         "The connection never opened: the host name did not resolve, or nothing accepted "
         "the connection at that host and port (the message names which). Retryable.",

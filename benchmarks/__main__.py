@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet, telemetry
+fleet, telemetry, scripted
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -31,6 +31,7 @@ from . import (
     pacing,
     recovery,
     resilience,
+    scripted,
     telemetry,
     throughput,
     uplink,
@@ -52,6 +53,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "load": (load.TITLE, load.run),
     "fleet": (fleet.TITLE, fleet.run),
     "telemetry": (telemetry.TITLE, telemetry.run),
+    "scripted": (scripted.TITLE, scripted.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
@@ -59,6 +61,7 @@ DEFAULT = (
     "load",
     "fleet",
     "telemetry",
+    "scripted",
 )  # fmt: skip
 
 

@@ -231,13 +231,25 @@ async def serve(host: str, port: int, token: str | None, advertise_host: str | N
     # (most of a second), which `avatar-sdk --help` and the other commands never need.
     from ..testing import StagingServer  # noqa: PLC0415
     from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415
+    from ..testing.scripted import AGENTIC_PREFIX  # noqa: PLC0415
 
     staging = StagingServer(
         host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
     )
     await staging.start()
     url = staging.public_url
-    print(json.dumps({"url": url, "genie_url": f"{url}/genie", "token": staging.token}))
+    print(
+        json.dumps(
+            {
+                "url": url,
+                "genie_url": f"{url}/genie",
+                "token": staging.token,
+                "agentic_url": f"{url}{AGENTIC_PREFIX}",
+                "admin_token": staging.admin_token,
+                "visual_id": staging.visual_id,
+            }
+        )
+    )
     print(
         f"faults: POST {url}{CONTROL_PREFIX}/faults/<name>, brain scripts: POST "
         f"{url}{CONTROL_PREFIX}/brain/<name>, with JSON keyword arguments",

@@ -66,6 +66,10 @@ class EventName(StrEnum):
     BRAIN_STALLED = "brain_stalled"
     TURN_RESENT = "turn_resent"
     RETRY_BUDGET_RESET = "retry_budget_reset"
+    # Scripted video
+    SAY_STARTED = "say_started"
+    SAY_FINISHED = "say_finished"
+    SESSION_EXPIRING = "session_expiring"
 
 
 # -- connectivity ------------------------------------------------------------------------------
@@ -390,6 +394,30 @@ class RetryBudgetResetPayload(TypedDict):
 
 
 #: The ``Event.data`` shape of each event.
+# -- scripted video ----------------------------------------------------------------------------
+class SayStartedPayload(TypedDict):
+    """A ``ScriptedAvatarSession.say`` started: its voice onset on the downlink."""
+
+    turn_id: str
+    at: float  # on the session's clock
+
+
+class SayFinishedPayload(TypedDict):
+    """A say finished: its voice ended, an interrupt cut it, or a bound ran out."""
+
+    turn_id: str
+    at: float  # on the session's clock
+    reason: Literal["played", "interrupted", "no_onset", "bound", "ended"]
+    interrupted: bool
+
+
+class SessionExpiringPayload(TypedDict):
+    """The scripted session's token expires soon (``ScriptedConfig.expiry_warning``)."""
+
+    expires_at: float  # the token's exp, epoch seconds
+    remaining: float
+
+
 PAYLOADS: Final[dict[EventName, type]] = {
     EventName.STATE_CHANGED: StateChangedPayload,
     EventName.CONNECTED: ConnectedPayload,
@@ -435,4 +463,7 @@ PAYLOADS: Final[dict[EventName, type]] = {
     EventName.BRAIN_STALLED: BrainStalledPayload,
     EventName.TURN_RESENT: TurnResentPayload,
     EventName.RETRY_BUDGET_RESET: RetryBudgetResetPayload,
+    EventName.SAY_STARTED: SayStartedPayload,
+    EventName.SAY_FINISHED: SayFinishedPayload,
+    EventName.SESSION_EXPIRING: SessionExpiringPayload,
 }

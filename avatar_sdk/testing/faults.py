@@ -321,6 +321,21 @@ class Faults:
         self.injected.append("whep_404")
         self._server.media.whep_404(times)
 
+    # -- the avatar-session (scripted video) service ------------------------------------------
+    def say_refused(self, status: int = 503, *, times: int = 1) -> None:
+        """The next ``times`` ``say-audio`` calls answer ``status`` (a 5xx by default)."""
+        if not 400 <= status < 600:
+            raise ValueError("status must be an HTTP error status (4xx or 5xx)")
+        self.injected.append("say_refused")
+        self._server.scripted.refuse_says(status, times)
+
+    async def reclaim_session(self, session_id: str | None = None) -> int:
+        """The service reclaims an avatar session (every live one when ``session_id`` is
+        None): its calls answer 404 from now on and its WHEP peers close. Returns how many.
+        The WHEP peer alone is killed with ``ice_failure("stv")``."""
+        self.injected.append("reclaim_session")
+        return await self._server.scripted.reclaim(session_id)
+
     def stuck_ice(self, channel: str, *, mode: str = "no_answer") -> None:
         """ICE never gets going on new ``channel`` peers, until cleared.
 
@@ -354,6 +369,7 @@ class Faults:
 
     def clear(self) -> None:
         """Back to healthy."""
+        self._server.scripted.say_refusals.clear()
         self.withheld.clear()
         self.capacity_full_until = 0.0
         self.admission.clear()

@@ -57,11 +57,17 @@ from .rtc_util import (
     _rtc_configuration,
     strip_candidates,
 )
+from .scripted import ScriptedStagingSession
 from .synthetic import MediaGate, OpusToneTrack, PatternTrack
 
 if TYPE_CHECKING:
+    from aiortc.mediastreams import MediaStreamTrack
+
     from .conversation import Conversation
     from .server import StagingServer
+
+    #: What owns a WHEP stream: a conversation, or a scripted avatar session.
+    StreamOwner = Conversation | ScriptedStagingSession
 
 __all__ = ["AsrPeer", "AsrStats", "IcePath", "StagingMedia", "WhepViewer", "strip_candidates"]
 
@@ -77,7 +83,7 @@ class WhepViewer:
     sid: str
     pc: Any
     video: PatternTrack
-    audio: OpusToneTrack
+    audio: MediaStreamTrack
     video_codec: str | None = None
     created_at: float = field(default_factory=time.monotonic)
     deleted: bool = False
@@ -399,8 +405,10 @@ class StagingMedia:
             await asyncio.sleep(0.02)
         return True
 
-    def _stream_conversation(self, stream: str) -> Conversation | None:
+    def _stream_conversation(self, stream: str) -> StreamOwner | None:
         sid = self.streams.get(stream)
+        if sid is not None and sid.startswith("scripted-"):
+            return self._server.scripted.stream_owner(stream)
         conv = self._server.conversations.get(sid) if sid is not None else None
         return conv if conv is not None and not conv.ended else None
 
@@ -417,13 +425,20 @@ class StagingMedia:
             await asyncio.sleep(0.05)
         return False
 
-    async def _new_viewer(self, conv: Conversation, stream: str, offer: str) -> WhepViewer:
+    async def _new_viewer(self, conv: StreamOwner, stream: str, offer: str) -> WhepViewer:
         parsed = sdp_parser.SessionDescription.parse(offer)
         if not any(m.kind in ("video", "audio") for m in parsed.media):
             raise ValueError("the offer has no audio or video m-line")
         width, height = self.video_size
         video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=self.stv_gate)
-        audio = OpusToneTrack(active=lambda: conv.speaking and not conv.ended, gate=self.stv_gate)
+        audio: MediaStreamTrack
+        if isinstance(conv, ScriptedStagingSession):  # its voice: the audio it was given
+            audio = conv.voice_track(self.stv_gate)
+        else:
+            talking = conv
+            audio = OpusToneTrack(
+                active=lambda: talking.speaking and not talking.ended, gate=self.stv_gate
+            )
         pc = RTCPeerConnection(_rtc_configuration())
         viewer = WhepViewer(secrets.token_hex(8), stream, conv.sid, pc, video, audio)
         try:

@@ -37,6 +37,7 @@ from .converse import mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
+from .scripted import AGENTIC_PREFIX, DEFAULT_VISUAL_ID, ScriptedBackend
 
 #: Where this server serves the genie API (``genie_url`` is the base URL plus this path).
 GENIE_PATH = "/genie"
@@ -62,6 +63,8 @@ class StagingServer:
         control_api: bool = False,
         asr_report_interval: float | None = None,
         advertise_genie: bool = True,
+        scripted_idle_timeout: float = 120.0,
+        scripted_token_ttl: float = 24 * 3600.0,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -76,7 +79,11 @@ class StagingServer:
         asr_report_interval`` at run time (see :class:`.media.StagingMedia`).
         ``advertise_genie``: name the genie API (``/genie`` on this server) in the join
         answer (``clientConfiguration.genieUrl``, which the SDK reads when no ``genie_url``
-        was given); False answers like a backend that does not."""
+        was given); False answers like a backend that does not.
+
+        ``scripted_idle_timeout`` / ``scripted_token_ttl``: the avatar-session service's
+        idle reclaim and session-token lifetime (seconds; also ``staging.scripted.
+        idle_timeout`` / ``token_ttl`` at run time, see :mod:`.scripted`)."""
         self.host = host
         self.advertise_genie = advertise_genie
         self.advertise_host = advertise_host
@@ -97,6 +104,11 @@ class StagingServer:
         self.brain = Brain(self)
         self.faults = Faults(self)
         self.media = StagingMedia(self, asr_report_interval=asr_report_interval)
+        #: The avatar-session (scripted video) service: ``agentic_url``, ``admin_token``.
+        self.scripted = ScriptedBackend(
+            self, idle_timeout=scripted_idle_timeout, token_ttl=scripted_token_ttl
+        )
+        self.visual_id = DEFAULT_VISUAL_ID
         self.conversations: dict[str, Conversation] = {}
         self.received: list[ReceivedEvent] = []
         self.emitted: Counter[str] = Counter()
@@ -128,6 +140,7 @@ class StagingServer:
         app.router.add_get("/healthz", self._healthz)
         self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
+        self.scripted.add_routes(app)
         if self.control_api:
             control_routes(self)(app)
         self.add_routes(app)
@@ -225,6 +238,7 @@ class StagingServer:
         tasks = [t for c in self.conversations.values() for t in c.tasks]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self.scripted.stop()
         await self.media.stop()
         self.sio.close_all_sessions()
         with best_effort("socket.io shutdown", log):
@@ -248,6 +262,16 @@ class StagingServer:
     def public_url(self) -> str:
         """The base URL handed to clients: ``url`` under ``advertise_host``, if set."""
         return f"{self._scheme}://{self.advertise_host or self.host}:{self.port}"
+
+    @property
+    def agentic_url(self) -> str:
+        """Base URL of the avatar-session service (``ScriptedAvatarSession``'s first argument)."""
+        return f"{self._scheme}://{self.host}:{self.port}{AGENTIC_PREFIX}"
+
+    @property
+    def admin_token(self) -> str:
+        """The admin token ``avatar-session/create`` accepts (``staging.token`` is refused)."""
+        return self.scripted.admin_token
 
     @property
     def genie_url(self) -> str:

@@ -34,6 +34,7 @@ def test_every_example_is_covered_here() -> None:
     covered = {
         "qa_bot.py", "tool_handler.py", "record_avatar.py", "voice_captions.py",
         "test_qa_bot.py", "fault_tour.py", "microphone.py", "fleet_scenario.py",
+        "scripted_avatar.py",
     }  # fmt: skip
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
     readme = (EXAMPLES / "README.md").read_text()
@@ -68,6 +69,15 @@ def test_tool_handler() -> None:
     assert "avatar: Opened the 10-K." in out
     assert "[tool] refused:" in out and "'annual' is not one of" in out
     assert out.rstrip().endswith("the backend received 1 tool response(s)")
+
+
+def test_scripted_avatar() -> None:
+    lines = run("examples/scripted_avatar.py").splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "utterance 1", "utterance 2", "utterance 3", "long utterance",
+    ]  # fmt: skip
+    assert all("(played)" in line and "not heard" not in line for line in lines[:3])
+    assert lines[3] == "long utterance: interrupted, interrupted=True"
 
 
 def test_record_avatar(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_events_reference_has_every_event_under_a_group() -> None:
     headings = re.findall(r"^### `([a-z_]+)`$", page, re.MULTILINE)
     assert sorted(headings) == sorted(str(e) for e in EventName)
     groups = re.findall(r"^## (.+)$", page, re.MULTILINE)
-    assert groups == ["Connectivity", "Conversation", "Guards"]
+    assert groups == ["Connectivity", "Conversation", "Guards", "Scripted video"]
     assert "| `spoken` | `bool` |" in page
 
 

@@ -54,6 +54,7 @@ PURE = [
     "avatar_sdk.guards.watchdogs",
     "avatar_sdk.guards.tools",
     "avatar_sdk.transport.cadence",
+    "avatar_sdk.scripted.protocol",
 ]
 FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")
 #: At run time ``asyncio`` and ``socket`` are loaded by the state-machine library itself

@@ -1,0 +1,24 @@
+"""Scripted video: ``ScriptedAvatarSession``, an avatar that speaks the audio you give it
+(the avatar-session REST protocol with a WHEP downlink; no socket, no brain)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig, pcm_tone
+
+#: Public name -> the submodule that defines it (loaded on first use).
+_EXPORTS: dict[str, str] = {
+    "SayHandle": ".session",
+    "SayResult": ".session",
+    "ScriptedAvatarSession": ".session",
+    "ScriptedConfig": ".session",
+    "pcm_tone": ".session",
+}
+
+__all__ = ["SayHandle", "SayResult", "ScriptedAvatarSession", "ScriptedConfig", "pcm_tone"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
