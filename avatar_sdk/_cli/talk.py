@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 #: After the audio file has been sent, the avatar counts as done once it has been quiet
 #: (no turn in progress) this long: its answer to speech starts well within it.
 AUDIO_SETTLE = 1.5
+#: With --record, after the avatar has finished talking, how long the close waits at most
+#: for the audio still in flight on the downlink (its latency and jitter buffer) to reach
+#: the file: until a silent frame arrives, or frames stop coming.
+AUDIO_DRAIN = 0.5
+#: A received frame below this RMS level (1.0 = full scale) is silence.
+SILENCE_LEVEL = 0.01
 
 
 @dataclass
@@ -78,6 +84,38 @@ class _Played(MediaStreamTrack):
     def stop(self) -> None:
         super().stop()
         self.inner.stop()
+
+
+class _Heard(MediaStreamTrack):
+    """The avatar's voice as the recorder reads it, with a note of when it fell silent:
+    :meth:`drained` returns once a silent frame has been read after the call (all the
+    voice sent before it is in the file), or after ``bound`` seconds."""
+
+    kind = "audio"
+
+    def __init__(self, inner: MediaStreamTrack) -> None:
+        super().__init__()
+        self.inner = inner
+        self._silent = asyncio.Event()
+
+    async def recv(self) -> Any:
+        from ..media import frame_rms  # noqa: PLC0415 - only with --record
+
+        frame = await self.inner.recv()
+        if not self._silent.is_set() and frame_rms(frame) < SILENCE_LEVEL:
+            self._silent.set()
+        return frame
+
+    async def drained(self, bound: float) -> None:
+        self._silent.clear()
+        try:
+            async with asyncio.timeout(bound):
+                await self._silent.wait()
+        except TimeoutError:
+            pass  # the backend stopped sending frames: whatever came is in the file
+
+    def stop(self) -> None:
+        super().stop()
 
 
 def _duration(path: Path) -> float:
@@ -128,13 +166,11 @@ class Talk:
         self.interrupted: int | None = None
         self.recorder: Recorder | None = None
         self.played: _Played | None = None
+        self.heard: _Heard | None = None
         self.printer: ConversationPrinter | None = None
         self.greeting: Any = None
-        #: The avatar is answering (set), or quiet (clear); ``activity`` marks each start.
-        self.answering = False
+        #: Set at each start of an answer (or of the user's heard speech), for --audio.
         self.activity = asyncio.Event()
-        self.quiet = asyncio.Event()
-        self.quiet.set()
 
     # -- output ------------------------------------------------------------------------------
     def error(self, text: str) -> None:
@@ -225,6 +261,8 @@ class Talk:
             await self._start_recording(session)
         try:
             await self._turns(session)
+            if self.heard is not None:
+                await self.heard.drained(AUDIO_DRAIN)  # the last words reach the file
         except AvatarError as error:
             if self.ended is None and error.code is not ErrorCode.CLOSED:
                 self.error(str(error))  # a turn the session refused (e.g. too long)
@@ -233,6 +271,14 @@ class Talk:
         if self.ended is None:
             await session.close()
         return exits.for_ending(self.ended or {"reason": "closed"})
+
+    async def _until_quiet(self, session: AvatarSession) -> None:
+        """Until the avatar has said all it was saying (bounded by ``reply_timeout``):
+        a turn sent earlier would interrupt it, a close would cut its last words."""
+        try:
+            await session.wait_until_quiet(timeout=self.opts.reply_timeout)
+        except TimeoutError:
+            self.note(f"the avatar was still talking after {self.opts.reply_timeout:g} s", "yellow")
 
     def _build(self) -> AvatarSession:
         opts = self.opts
@@ -274,10 +320,7 @@ class Talk:
         elif event.name == "agent_speech_started" or (
             event.name == "user_transcription" and event.data.get("final")
         ):
-            self.quiet.clear()
             self.activity.set()
-        elif event.name == "agent_turn_ended":
-            self.quiet.set()
 
     async def _connect(self) -> int | None:
         """Connect, retrying errors a retry can fix; None when connected, else the exit code."""
@@ -307,6 +350,8 @@ class Talk:
         if audio is None and video is None:
             self.error("nothing to record: the server sent no avatar media")
             return
+        if audio is not None:
+            audio = self.heard = _Heard(audio)
         self.recorder = record_avatar(audio, video, self.opts.record or "")
         await self.recorder.start()
 
@@ -319,6 +364,7 @@ class Talk:
                 await self.greeting
         except TimeoutError:
             self.note(f"no greeting within {opts.reply_timeout:g} s", "yellow")
+        await self._until_quiet(session)  # the greeting is said to its end
         if opts.turns is not None:
             for text in opts.turns:
                 await self._turn(session, text)
@@ -326,9 +372,13 @@ class Talk:
             async for text in _Lines(self.stdin):
                 await self._turn(session, text)
         if self.played is not None:
-            await self._audio_sent()
+            await self._audio_sent(session)
 
     async def _turn(self, session: AvatarSession, text: str) -> None:
+        """One exchange, as a person takes it: speak once the avatar is quiet, wait for the
+        answer, then until it has been said to its end (``session.ask()`` in one call, once
+        it exists). Each wait is bounded by ``reply_timeout``."""
+        await self._until_quiet(session)
         answered = session.expect("agent_turn_ended", timeout=self.opts.reply_timeout)
         if self.printer is not None:
             self.printer.user(text, time.monotonic())
@@ -337,10 +387,12 @@ class Talk:
             await answered
         except TimeoutError:
             self.note(f"no answer within {self.opts.reply_timeout:g} s", "yellow")
+            return
         finally:
             answered.cancel()
+        await self._until_quiet(session)
 
-    async def _audio_sent(self) -> None:
+    async def _audio_sent(self, session: AvatarSession) -> None:
         """Wait until the file has been sent, then until the avatar has answered it (or
         stayed quiet for ``AUDIO_SETTLE``); all within ``reply_timeout`` past the file."""
         assert self.played is not None and self.opts.audio is not None
@@ -349,7 +401,7 @@ class Talk:
             async with asyncio.timeout(bound):
                 await self.played.done.wait()
                 while True:
-                    await self.quiet.wait()
+                    await session.wait_until_quiet()
                     self.activity.clear()
                     try:
                         async with asyncio.timeout(AUDIO_SETTLE):

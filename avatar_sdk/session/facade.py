@@ -38,6 +38,7 @@ from .endings import Endings
 from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
+from .quiet import QuietWatch
 from .recovery import RecoveryController
 from .slot import LinkSlot
 from .stats import SessionStats, StatsSnapshot
@@ -166,6 +167,9 @@ class AvatarSession(EventSource):
         )
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
+        # Fed synchronously by every event: whether the avatar is still answering or talking.
+        self._quiet = QuietWatch(self._clock)
+        self._bus.on("*", self._quiet.observe)
         self._desk = TurnDesk(
             config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
             guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
@@ -355,6 +359,28 @@ class AvatarSession(EventSource):
         confirmed when a recovery happens is resent once (``turn_resent``).
         """
         await self._desk.speak(text)
+
+    async def wait_until_quiet(self, *, timeout: float | None = None) -> None:
+        """Return once the avatar is quiet: no agent turn in progress and nothing it is
+        still saying (its answer's captions came, and ``agent_talking`` went back to false,
+        or it was interrupted). At once when it already is, or when the session is over.
+
+        ``agent_turn_ended`` marks the end of an answer's *generation*; the avatar goes on
+        speaking it for as long as its audio lasts, and a turn sent meanwhile interrupts it.
+        Wait for this before the next turn, or before ``close()`` to let the last answer be
+        heard (and recorded) to its end. It does not wait for an answer that has not begun.
+        ``TimeoutError`` after ``timeout`` seconds (None: no bound).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout >= 0
+            or timeout == float("inf")
+        ):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"timeout must be a finite number >= 0, not {timeout!r}"
+            )
+        await self._quiet.wait(timeout)
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
