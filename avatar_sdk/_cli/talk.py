@@ -27,6 +27,7 @@ from ..events.bus import Event
 from ..lifecycle.leases import default_leases
 from ..session.facade import AvatarSession
 from . import exits
+from .messages import error_line
 from .output import ConversationPrinter, JsonPrinter, Screen
 
 if TYPE_CHECKING:
@@ -169,6 +170,9 @@ class Talk:
         self.heard: _Heard | None = None
         self.printer: ConversationPrinter | None = None
         self.greeting: Any = None
+        #: While connecting, the transcript holds back ``error`` and ``ended``: a failed
+        #: connect is told once, on stderr (:meth:`_connect`), not among the transcript.
+        self.held: list[Event] | None = None
         #: Set at each start of an answer (or of the user's heard speech), for --audio.
         self.activity = asyncio.Event()
 
@@ -300,18 +304,35 @@ class Talk:
             allow_insecure_transport=opts.insecure,
             ca_file=opts.ca_file,
         )
-        printer: Any
         if opts.json:
-            printer = JsonPrinter(self.start)
+            session.on("*", JsonPrinter(self.start).on_event)  # every event, for scripts
         else:
             printer = self.printer = ConversationPrinter(
                 Screen(), self.start, thread_of=lambda: session.thread_id
             )
-        session.on("*", printer.on_event)
+            self.held = []
+            session.on("*", self._show)
         session.on("*", self._track)
         # Registered before connect(): the greeting may be over before connect() returns.
         self.greeting = session.expect("agent_turn_ended")
         return session
+
+    def _show(self, event: Event) -> None:
+        if self.held is not None and event.name in ("error", "ended"):
+            self.held.append(event)
+        elif self.printer is not None:
+            self.printer.on_event(event)
+
+    def _release(self, failure: AvatarError | None) -> None:
+        """Connect is over: print what was held back, except what the stderr line of the
+        ``failure`` tells (its ``error`` event, the ``ended`` that followed)."""
+        held, self.held = self.held or [], None
+        for event in held:
+            told = failure is not None and (
+                event.name == "ended" or event.data.get("code") == str(failure.code)
+            )
+            if not told and self.printer is not None:
+                self.printer.on_event(event)
 
     def _track(self, event: Event) -> None:
         """How the session ended, and whether the avatar is answering (for --audio)."""
@@ -328,19 +349,26 @@ class Talk:
         policy = RetryPolicy(max_attempts=attempts, initial=0.5, base=1.0, cap=10.0)
         for attempt in range(1, attempts + 1):
             self.ended = None
-            session = self.session = self._build()
+            try:
+                session = self.session = self._build()
+            except AvatarError as error:  # the arguments (URL, --insecure, a file): usage
+                self.error(error_line(error))
+                return exits.USAGE
             try:
                 await session.connect()
-                return None
             except AvatarError as error:
+                self._release(error)
                 code = exits.for_error(error)
                 if code != exits.GAVE_UP or attempt == attempts:
-                    tried = f" (after {attempt} attempts)" if attempt > 1 else ""
-                    self.error(f"{error}{tried}")
+                    self.error(error_line(error, attempts=attempt))
                     return code
                 delay = policy.delay(attempt)
-                self.error(f"{error}; retrying in {delay:.1f} s ({attempt}/{attempts})")
+                # One line for the whole run: the attempts are told with --verbose.
+                _log().info("%s; retrying in %.1f s (%d/%d)", error, delay, attempt, attempts)
                 await asyncio.sleep(delay)
+            else:
+                self._release(None)
+                return None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _start_recording(self, session: AvatarSession) -> None:
