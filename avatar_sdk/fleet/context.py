@@ -16,6 +16,7 @@ to the turn id of its answer.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -280,8 +281,9 @@ class ScenarioContext:
     async def turn(self, text: str, *, timeout: float | None = None) -> TurnResult:
         """Speak ``text`` and wait for the avatar's turn to end, measuring the first spoken
         text, the first audible frame (media sessions) and the end, from the ``speak()``
-        call. With media it first lets a voice still playing end (the greeting's, the last
-        reply's: :meth:`AudioProbe.settle`, not timed). A timeout is recorded and returned
+        call. It first lets the avatar finish what it is saying (the greeting, the last
+        reply: ``session.wait_until_quiet``; with media also :meth:`AudioProbe.settle`),
+        timed apart as ``wait_s``, off the turn's clock. A timeout is recorded and returned
         (``ok=False``), not raised; ``AvatarError`` (the session ended) is recorded, then
         raised."""
         session, limit = self.session, timeout or self.turn_timeout
@@ -296,14 +298,19 @@ class ScenarioContext:
                 if not first_text:
                     first_text.append(event.at)
 
+        # The greeting or the last reply still being said ends first (a turn sent now
+        # would barge in on it, or be held until it ends): timed apart, as ``wait_s``.
+        wait_from = time.monotonic()
         if self._probe is not None:  # the voice still playing (greeting, last reply) ends
             await self._probe.settle(limit)
+        with contextlib.suppress(TimeoutError):  # still talking: the turn goes anyway
+            await session.wait_until_quiet(timeout=limit)
         unsubscribe = session.on("agent_text", on_text)
         audible = self._probe.arm() if self._probe is not None else None
         ended_at: float | None = None
         error: str | None = None
         failure: AvatarError | None = None
-        started = time.monotonic()
+        started = time.monotonic()  # the turn's clock: it is sent now
         try:
             ended = session.expect(  # registered before speaking
                 "agent_turn_ended", lambda event: match.end(event.data), timeout=limit
@@ -347,6 +354,7 @@ class ScenarioContext:
             "audio_s": result.audio_s,
             "ended_s": result.ended_s,
             "ok": result.ok,
+            "wait_s": started - wait_from,
         }
         if error is not None:
             fields["error"] = error
