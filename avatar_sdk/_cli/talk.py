@@ -100,10 +100,16 @@ class _Heard(MediaStreamTrack):
         self._silent = asyncio.Event()
 
     async def recv(self) -> Any:
-        from ..media import frame_rms  # noqa: PLC0415 - only with --record
+        import av  # noqa: PLC0415 - only with --record
+
+        from ..media import frame_rms  # noqa: PLC0415
 
         frame = await self.inner.recv()
-        if not self._silent.is_set() and frame_rms(frame) < SILENCE_LEVEL:
+        if (
+            not self._silent.is_set()
+            and isinstance(frame, av.AudioFrame)
+            and frame_rms(frame) < SILENCE_LEVEL
+        ):
             self._silent.set()
         return frame
 
@@ -307,7 +313,7 @@ class Talk:
         if opts.json:
             session.on("*", JsonPrinter(self.start).on_event)  # every event, for scripts
         else:
-            printer = self.printer = ConversationPrinter(
+            self.printer = ConversationPrinter(
                 Screen(), self.start, thread_of=lambda: session.thread_id
             )
             self.held = []
@@ -378,9 +384,8 @@ class Talk:
         if audio is None and video is None:
             self.error("nothing to record: the server sent no avatar media")
             return
-        if audio is not None:
-            audio = self.heard = _Heard(audio)
-        self.recorder = record_avatar(audio, video, self.opts.record or "")
+        heard = self.heard = _Heard(audio) if audio is not None else None
+        self.recorder = record_avatar(heard, video, self.opts.record or "")
         await self.recorder.start()
 
     async def _turns(self, session: AvatarSession) -> None:
