@@ -4,6 +4,7 @@ the summary, the JSONL and the HTML chart; exit statuses for failures and usage 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -29,7 +30,8 @@ def test_fleet_against_staging_writes_summary_jsonl_and_chart(tmp_path: Path) ->
 
     assert result.exit_code == 0, result.output
     assert "fleet summary" in result.output
-    assert "sessions ok / failed  3 / 0" in result.output
+    assert re.search(r"^sessions ok / failed +3 / 0$", result.output, re.MULTILINE)
+    assert re.search(r"^reply: turn ended, turn 1 +3 ", result.output, re.MULTILINE)
     assert "started 3/3" in result.output  # the final progress line
     kinds = [json.loads(line)["kind"] for line in jsonl.read_text().splitlines()]
     assert kinds.count("turn") == 6 and kinds.count("session_finished") == 3
