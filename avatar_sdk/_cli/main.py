@@ -175,11 +175,11 @@ def talk(
     )
     try:
         code = run_talk(opts)
-    except AvatarError as error:  # raised before the session existed: the arguments
+    except AvatarError as error:  # raised outside the session (building it is usage: 2)
         from .messages import error_line  # noqa: PLC0415
 
         click.echo(f"avatar-sdk: {error_line(error)}", err=True)
-        code = exits.USAGE
+        code = exits.for_error(error)
     sys.exit(code)
 
 

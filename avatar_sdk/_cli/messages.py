@@ -32,9 +32,10 @@ def _flags(text: str) -> str:
 def insecure_line(error: AvatarError) -> str:
     """``insecure_transport``: what was refused, and the flag that allows it."""
     detail = error.detail or ""
-    match = re.match(r"(\w+) uses (\w+)://", detail)
+    match = re.match(r"([\w.]+) uses (\w+)://", detail)
     if match is not None:
         what, scheme = match.groups()
+        what = what.rpartition(".")[2]  # SessionSpec.url: the fleet's --url
         subject = "URL" if what == "url" else _flags(what)
         refused = f"{subject} uses {scheme}://, which sends the token unencrypted"
     else:

@@ -70,3 +70,16 @@ def test_a_scenario_that_fails_to_import_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "RuntimeError: boom at import" in result.output
     assert "Traceback" not in result.output
+
+
+def test_fleet_http_url_without_insecure_is_a_usage_error_naming_the_flag() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["fleet", "tests.fleet.scenarios:one_turn", "--url", "http://127.0.0.1:9", "-n", "1",
+         "--engine", "inline"],
+        env={"AVATAR_TOKEN": "t"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("avatar-sdk:")]
+    assert len(lines) == 1 and "pass --insecure" in lines[0], result.stderr
+    assert "allow_insecure_transport" not in result.output

@@ -11,7 +11,12 @@ from avatar_sdk.urls import check_url
 
 
 @pytest.mark.parametrize(
-    ("what", "subject"), [("url", "URL uses http://"), ("genie_url", "--genie-url uses ws://")]
+    ("what", "subject"),
+    [
+        ("url", "URL uses http://"),
+        ("SessionSpec.url", "URL uses http://"),
+        ("genie_url", "--genie-url uses ws://"),
+    ],
 )
 def test_an_insecure_url_names_the_flag(what: str, subject: str) -> None:
     scheme = "ws" if what == "genie_url" else "http"
