@@ -22,7 +22,7 @@ TERMINATED: Final = 143
 #: One line per code, for ``--help`` and the docs (the same table in both).
 TABLE: Final[tuple[tuple[int, str], ...]] = (
     (OK, "the conversation ended normally (all turns sent, then closed)"),
-    (USAGE, "usage error (bad option, no token, unreadable file)"),
+    (USAGE, "usage error (bad option, no token, unreadable file, http URL without --insecure)"),
     (REFUSED, "authentication failed, or another error that retrying cannot fix"),
     (CAPACITY, "no capacity: the wait for a free agent (capacity_max_wait) ran out"),
     (GAVE_UP, "gave up after retries (connect attempts, or a recovery tier's budget)"),

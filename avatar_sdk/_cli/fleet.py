@@ -176,8 +176,11 @@ def fleet(opts: FleetOptions, screen: Screen | None = None) -> int:
         print("avatar-sdk: interrupted (sessions closed, workers stopped)", file=sys.stderr)
         return exits.INTERRUPTED
     except AvatarError as error:
-        print(f"avatar-sdk: {error}", file=sys.stderr)
-        return exits.USAGE if error.code is ErrorCode.INVALID_ARGUMENT else exits.for_error(error)
+        from .messages import error_line  # noqa: PLC0415
+
+        print(f"avatar-sdk: {error_line(error)}", file=sys.stderr)
+        usage = error.code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.INSECURE_TRANSPORT)
+        return exits.USAGE if usage else exits.for_error(error)
     screen.line()
     screen.table("fleet summary", SUMMARY_COLUMNS, summary_rows(report.stats))
     if opts.jsonl is not None:

@@ -178,9 +178,10 @@ def talk(
     )
     try:
         code = run_talk(opts)
-    except AvatarError as error:  # raised before the session existed (a bad URL...)
-        hint = " Use --insecure for a local backend." if error.code == "insecure_transport" else ""
-        click.echo(f"avatar-sdk: {error}{hint}", err=True)
+    except AvatarError as error:  # raised outside the session (building it is usage: 2)
+        from .messages import error_line  # noqa: PLC0415
+
+        click.echo(f"avatar-sdk: {error_line(error)}", err=True)
         code = exits.for_error(error)
     sys.exit(code)
 

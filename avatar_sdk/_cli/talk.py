@@ -27,6 +27,7 @@ from ..events.bus import Event
 from ..lifecycle.leases import default_leases
 from ..session.facade import AvatarSession
 from . import exits
+from .messages import error_line
 from .output import ConversationPrinter, JsonPrinter, Screen
 
 if TYPE_CHECKING:
@@ -35,6 +36,12 @@ if TYPE_CHECKING:
 #: After the audio file has been sent, the avatar counts as done once it has been quiet
 #: (no turn in progress) this long: its answer to speech starts well within it.
 AUDIO_SETTLE = 1.5
+#: With --record, after the avatar has finished talking, how long the close waits at most
+#: for the audio still in flight on the downlink (its latency and jitter buffer) to reach
+#: the file: until a silent frame arrives, or frames stop coming.
+AUDIO_DRAIN = 0.5
+#: A received frame below this RMS level (1.0 = full scale) is silence.
+SILENCE_LEVEL = 0.01
 
 
 @dataclass
@@ -78,6 +85,44 @@ class _Played(MediaStreamTrack):
     def stop(self) -> None:
         super().stop()
         self.inner.stop()
+
+
+class _Heard(MediaStreamTrack):
+    """The avatar's voice as the recorder reads it, with a note of when it fell silent:
+    :meth:`drained` returns once a silent frame has been read after the call (all the
+    voice sent before it is in the file), or after ``bound`` seconds."""
+
+    kind = "audio"
+
+    def __init__(self, inner: MediaStreamTrack) -> None:
+        super().__init__()
+        self.inner = inner
+        self._silent = asyncio.Event()
+
+    async def recv(self) -> Any:
+        import av  # noqa: PLC0415 - only with --record
+
+        from ..media import frame_rms  # noqa: PLC0415
+
+        frame = await self.inner.recv()
+        if (
+            not self._silent.is_set()
+            and isinstance(frame, av.AudioFrame)
+            and frame_rms(frame) < SILENCE_LEVEL
+        ):
+            self._silent.set()
+        return frame
+
+    async def drained(self, bound: float) -> None:
+        self._silent.clear()
+        try:
+            async with asyncio.timeout(bound):
+                await self._silent.wait()
+        except TimeoutError:
+            pass  # the backend stopped sending frames: whatever came is in the file
+
+    def stop(self) -> None:
+        super().stop()
 
 
 def _duration(path: Path) -> float:
@@ -128,13 +173,14 @@ class Talk:
         self.interrupted: int | None = None
         self.recorder: Recorder | None = None
         self.played: _Played | None = None
+        self.heard: _Heard | None = None
         self.printer: ConversationPrinter | None = None
         self.greeting: Any = None
-        #: The avatar is answering (set), or quiet (clear); ``activity`` marks each start.
-        self.answering = False
+        #: While connecting, the transcript holds back ``error`` and ``ended``: a failed
+        #: connect is told once, on stderr (:meth:`_connect`), not among the transcript.
+        self.held: list[Event] | None = None
+        #: Set at each start of an answer (or of the user's heard speech), for --audio.
         self.activity = asyncio.Event()
-        self.quiet = asyncio.Event()
-        self.quiet.set()
 
     # -- output ------------------------------------------------------------------------------
     def error(self, text: str) -> None:
@@ -225,6 +271,8 @@ class Talk:
             await self._start_recording(session)
         try:
             await self._turns(session)
+            if self.heard is not None:
+                await self.heard.drained(AUDIO_DRAIN)  # the last words reach the file
         except AvatarError as error:
             if self.ended is None and error.code is not ErrorCode.CLOSED:
                 self.error(str(error))  # a turn the session refused (e.g. too long)
@@ -233,6 +281,14 @@ class Talk:
         if self.ended is None:
             await session.close()
         return exits.for_ending(self.ended or {"reason": "closed"})
+
+    async def _until_quiet(self, session: AvatarSession) -> None:
+        """Until the avatar has said all it was saying (bounded by ``reply_timeout``):
+        a turn sent earlier would interrupt it, a close would cut its last words."""
+        try:
+            await session.wait_until_quiet(timeout=self.opts.reply_timeout)
+        except TimeoutError:
+            self.note(f"the avatar was still talking after {self.opts.reply_timeout:g} s", "yellow")
 
     def _build(self) -> AvatarSession:
         opts = self.opts
@@ -254,18 +310,35 @@ class Talk:
             allow_insecure_transport=opts.insecure,
             ca_file=opts.ca_file,
         )
-        printer: Any
         if opts.json:
-            printer = JsonPrinter(self.start)
+            session.on("*", JsonPrinter(self.start).on_event)  # every event, for scripts
         else:
-            printer = self.printer = ConversationPrinter(
+            self.printer = ConversationPrinter(
                 Screen(), self.start, thread_of=lambda: session.thread_id
             )
-        session.on("*", printer.on_event)
+            self.held = []
+            session.on("*", self._show)
         session.on("*", self._track)
         # Registered before connect(): the greeting may be over before connect() returns.
         self.greeting = session.expect("agent_turn_ended")
         return session
+
+    def _show(self, event: Event) -> None:
+        if self.held is not None and event.name in ("error", "ended"):
+            self.held.append(event)
+        elif self.printer is not None:
+            self.printer.on_event(event)
+
+    def _release(self, failure: AvatarError | None) -> None:
+        """Connect is over: print what was held back, except what the stderr line of the
+        ``failure`` tells (its ``error`` event, the ``ended`` that followed)."""
+        held, self.held = self.held or [], None
+        for event in held:
+            told = failure is not None and (
+                event.name == "ended" or event.data.get("code") == str(failure.code)
+            )
+            if not told and self.printer is not None:
+                self.printer.on_event(event)
 
     def _track(self, event: Event) -> None:
         """How the session ended, and whether the avatar is answering (for --audio)."""
@@ -274,10 +347,7 @@ class Talk:
         elif event.name == "agent_speech_started" or (
             event.name == "user_transcription" and event.data.get("final")
         ):
-            self.quiet.clear()
             self.activity.set()
-        elif event.name == "agent_turn_ended":
-            self.quiet.set()
 
     async def _connect(self) -> int | None:
         """Connect, retrying errors a retry can fix; None when connected, else the exit code."""
@@ -285,19 +355,26 @@ class Talk:
         policy = RetryPolicy(max_attempts=attempts, initial=0.5, base=1.0, cap=10.0)
         for attempt in range(1, attempts + 1):
             self.ended = None
-            session = self.session = self._build()
+            try:
+                session = self.session = self._build()
+            except AvatarError as error:  # the arguments (URL, --insecure, a file): usage
+                self.error(error_line(error))
+                return exits.USAGE
             try:
                 await session.connect()
-                return None
             except AvatarError as error:
+                self._release(error)
                 code = exits.for_error(error)
                 if code != exits.GAVE_UP or attempt == attempts:
-                    tried = f" (after {attempt} attempts)" if attempt > 1 else ""
-                    self.error(f"{error}{tried}")
+                    self.error(error_line(error, attempts=attempt))
                     return code
                 delay = policy.delay(attempt)
-                self.error(f"{error}; retrying in {delay:.1f} s ({attempt}/{attempts})")
+                # One line for the whole run: the attempts are told with --verbose.
+                _log().info("%s; retrying in %.1f s (%d/%d)", error, delay, attempt, attempts)
                 await asyncio.sleep(delay)
+            else:
+                self._release(None)
+                return None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _start_recording(self, session: AvatarSession) -> None:
@@ -307,7 +384,8 @@ class Talk:
         if audio is None and video is None:
             self.error("nothing to record: the server sent no avatar media")
             return
-        self.recorder = record_avatar(audio, video, self.opts.record or "")
+        heard = self.heard = _Heard(audio) if audio is not None else None
+        self.recorder = record_avatar(heard, video, self.opts.record or "")
         await self.recorder.start()
 
     async def _turns(self, session: AvatarSession) -> None:
@@ -319,6 +397,7 @@ class Talk:
                 await self.greeting
         except TimeoutError:
             self.note(f"no greeting within {opts.reply_timeout:g} s", "yellow")
+        await self._until_quiet(session)  # the greeting is said to its end
         if opts.turns is not None:
             for text in opts.turns:
                 await self._turn(session, text)
@@ -326,9 +405,13 @@ class Talk:
             async for text in _Lines(self.stdin):
                 await self._turn(session, text)
         if self.played is not None:
-            await self._audio_sent()
+            await self._audio_sent(session)
 
     async def _turn(self, session: AvatarSession, text: str) -> None:
+        """One exchange, as a person takes it: speak once the avatar is quiet, wait for the
+        answer, then until it has been said to its end (``session.ask()`` in one call, once
+        it exists). Each wait is bounded by ``reply_timeout``."""
+        await self._until_quiet(session)
         answered = session.expect("agent_turn_ended", timeout=self.opts.reply_timeout)
         if self.printer is not None:
             self.printer.user(text, time.monotonic())
@@ -337,10 +420,12 @@ class Talk:
             await answered
         except TimeoutError:
             self.note(f"no answer within {self.opts.reply_timeout:g} s", "yellow")
+            return
         finally:
             answered.cancel()
+        await self._until_quiet(session)
 
-    async def _audio_sent(self) -> None:
+    async def _audio_sent(self, session: AvatarSession) -> None:
         """Wait until the file has been sent, then until the avatar has answered it (or
         stayed quiet for ``AUDIO_SETTLE``); all within ``reply_timeout`` past the file."""
         assert self.played is not None and self.opts.audio is not None
@@ -349,7 +434,7 @@ class Talk:
             async with asyncio.timeout(bound):
                 await self.played.done.wait()
                 while True:
-                    await self.quiet.wait()
+                    await session.wait_until_quiet()
                     self.activity.clear()
                     try:
                         async with asyncio.timeout(AUDIO_SETTLE):

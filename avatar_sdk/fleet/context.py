@@ -228,13 +228,16 @@ class ScenarioContext:
         """Ask ``text`` (``session.ask``) and measure its reply: the first spoken text, the
         first audible frame (media sessions) and the end of its turn, from the moment the
         turn was sent. With media it first lets a voice still playing end (the greeting's:
-        :meth:`AudioProbe.settle`, not timed). A timeout is recorded and returned
+        :meth:`AudioProbe.settle`); that wait and ``ask()``'s own (``Reply.waited``) are
+        reported apart as ``wait_s``, off the turn's clock. A timeout is recorded and returned
         (``ok=False``), not raised; ``AvatarError`` (the session ended) is recorded, then
         raised."""
         session, limit = self.session, timeout or self.turn_timeout
         number, self._turns = self._turns, self._turns + 1
+        wait_from = time.monotonic()
         if self._probe is not None:  # the voice still playing (the greeting's) ends
             await self._probe.settle(limit)
+        settled = time.monotonic() - wait_from
         reply: Reply | None = None
         error: str | None = None
         failure: AvatarError | None = None
@@ -260,6 +263,7 @@ class ScenarioContext:
             "audio_s": result.audio_s,
             "ended_s": result.ended_s,
             "ok": result.ok,
+            "wait_s": settled + (reply.waited if reply is not None else 0.0),
         }
         if error is not None:
             fields["error"] = error

@@ -22,6 +22,7 @@ from ..errors import AvatarError, ErrorCode
 __all__ = [
     "KINDS",
     "LATENCIES",
+    "TURN_FIGURES",
     "FleetStats",
     "Measurement",
     "measurement",
@@ -41,8 +42,12 @@ KINDS: tuple[str, ...] = (
     "metric",
     "session_finished",
 )
-#: The latencies ``FleetStats`` summarises: connect, greeting, and a turn's three.
-LATENCIES: tuple[str, ...] = ("connect", "greeting", "text", "audio", "ended")
+#: The latencies ``FleetStats`` summarises: connect, greeting, a turn's three (from when
+#: it was sent), and the turn's wait before it was sent (``wait``: the greeting or the last
+#: reply still being said; never on the turn's clock).
+LATENCIES: tuple[str, ...] = ("connect", "greeting", "text", "audio", "ended", "wait")
+#: A turn's figures, summarised for all turns and per turn index (``by_turn``).
+TURN_FIGURES: tuple[str, ...] = ("text", "audio", "ended", "wait")
 
 Measurement = dict[str, Any]
 
@@ -69,6 +74,7 @@ class Turn(Base):
     audio_s: float | None  # turn sent -> first audible avatar audio frame (None: media off)
     ended_s: float | None  # turn sent -> agent_turn_ended
     ok: bool
+    wait_s: NotRequired[float]  # turn() called -> sent: the greeting / last reply being said
     error: NotRequired[str]
 
 
@@ -177,6 +183,9 @@ class FleetStats:
         self._finished: dict[int, str] = {}
         self._latency: dict[str, list[float]] = {name: [] for name in LATENCIES}
         self._turns = Counter[str]()
+        #: Per turn index: its figures (TURN_FIGURES), and ok / failed counts.
+        self._by_turn: dict[int, dict[str, list[float]]] = {}
+        self._by_turn_count: dict[int, Counter[str]] = {}
         self._errors = Counter[str]()
         self._failures = Counter[str]()
         self._outcomes = Counter[str]()
@@ -213,9 +222,16 @@ class FleetStats:
         elif kind in ("connected", "greeting"):
             self._sample(t, "connect" if kind == "connected" else "greeting", m.get("seconds"))
         elif kind == "turn":
-            self._turns["ok" if m.get("ok") else "failed"] += 1
-            for name in ("text", "audio", "ended"):
-                self._sample(t, name, m.get(f"{name}_s"))
+            outcome = "ok" if m.get("ok") else "failed"
+            self._turns[outcome] += 1
+            index = m.get("turn")
+            figures: dict[str, list[float]] | None = None
+            if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+                figures = self._by_turn.setdefault(index, {n: [] for n in TURN_FIGURES})
+                self._by_turn_count.setdefault(index, Counter())[outcome] += 1
+            for name in TURN_FIGURES:
+                if self._sample(t, name, m.get(f"{name}_s")) and figures is not None:
+                    figures[name].append(self._samples[-1][2])
         elif kind == "recovery":
             seconds = m.get("seconds")
             if isinstance(seconds, int | float):
@@ -229,10 +245,12 @@ class FleetStats:
             if isinstance(value, int | float):
                 self._metrics[str(m.get("name", "?"))].append(float(value))
 
-    def _sample(self, t: float, name: str, value: object) -> None:
+    def _sample(self, t: float, name: str, value: object) -> bool:
         if isinstance(value, int | float) and not isinstance(value, bool):
             self._latency[name].append(float(value))
             self._samples.append((t, name, float(value)))
+            return True
+        return False
 
     # -- read-outs ----------------------------------------------------------------------------
     @property
@@ -261,6 +279,7 @@ class FleetStats:
             "failed": self.failed,
             "turns": {"ok": self._turns["ok"], "failed": self._turns["failed"]},
             "latency": {name: _summary(values) for name, values in self._latency.items()},
+            "by_turn": self._by_turn_snapshot(),
             "errors": dict(self._errors),
             "failures": dict(self._failures),
             "recoveries": {tier: _summary(v) for tier, v in sorted(self._recoveries.items())},
@@ -270,10 +289,21 @@ class FleetStats:
             "elapsed": (self.last - self.start) if self.start is not None and self.last else 0.0,
         }
 
+    def _by_turn_snapshot(self) -> dict[str, dict[str, Any]]:
+        """Per turn index (a string key, in order): ``ok``, ``failed`` and a summary of
+        each of :data:`TURN_FIGURES`, like a load tool's row per request name."""
+        rows: dict[str, dict[str, Any]] = {}
+        for index in sorted(self._by_turn):
+            counts = self._by_turn_count[index]
+            row: dict[str, Any] = {"ok": counts["ok"], "failed": counts["failed"]}
+            row.update({name: _summary(v) for name, v in self._by_turn[index].items()})
+            rows[str(index)] = row
+        return rows
+
     def timeline(self) -> list[dict[str, Any]]:
         """Per bucket: ``{"t": bucket end (s from the start), "active": the most sessions open
         at once during the bucket, "<latency>_p50"/"_p90": of the samples stamped in the
-        bucket (None if none)}``."""
+        bucket (None if none), "<latency>_n": how many samples}``."""
         if self.start is None or self.last is None:
             return []
         start, width = self.start, self.bucket
@@ -297,5 +327,6 @@ class FleetStats:
                 values = per_bucket[index].get(name, [])
                 row[f"{name}_p50"] = percentile(values, 50)
                 row[f"{name}_p90"] = percentile(values, 90)
+                row[f"{name}_n"] = len(values)
             rows.append(row)
         return rows

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .measure import LATENCIES
+from .measure import LATENCIES, TURN_FIGURES
 
 if TYPE_CHECKING:
     from .runner import FleetReport
@@ -28,7 +28,11 @@ _LABELS = {
     "text": "reply: first text",
     "audio": "reply: first audio",
     "ended": "reply: turn ended",
+    "wait": "turn: wait before sending",
 }
+#: A series with fewer points than this is drawn as points, not a line: a line through
+#: three buckets draws a slope that no turn had (each bucket mixes whichever turns fell in).
+MIN_LINE_POINTS = 8
 #: Timeline series drawn on the chart: (latency, percentile, colour, dashed).
 _SERIES = (
     ("text", "p50", "#1f77b4", False),
@@ -64,9 +68,15 @@ def _counts(values: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
+def _figure_row(label: str, figure: Mapping[str, Any]) -> list[str]:
+    return [label, str(figure["count"]), ms(figure["p50"]), ms(figure["p90"]), ms(figure["max"])]
+
+
 def summary_rows(snapshot: Mapping[str, Any]) -> list[list[str]]:
     """``[figure, count, p50, p90, max]`` rows: sessions, turns, latencies, recoveries by
-    tier, errors by code, completion outcomes and custom metrics."""
+    tier, errors by code, completion outcomes and custom metrics. A turn figure has its
+    all-turns row, then (when the scenario takes more than one turn) a row per turn index,
+    ``"reply: turn ended, turn 0"``: the first turn of a conversation is not the second."""
     rows = [
         ["sessions ok / failed", f"{snapshot['ok']} / {snapshot['failed']}", "", "", ""],
         [
@@ -77,13 +87,16 @@ def summary_rows(snapshot: Mapping[str, Any]) -> list[list[str]]:
             "",
         ],
     ]
+    by_turn: Mapping[str, Mapping[str, Any]] = snapshot.get("by_turn") or {}
     for name in LATENCIES:
         figure = snapshot["latency"][name]
-        if figure["count"]:
-            rows.append(
-                [_LABELS[name], str(figure["count"]), ms(figure["p50"]), ms(figure["p90"]),
-                 ms(figure["max"])]
-            )  # fmt: skip
+        if not figure["count"]:
+            continue
+        rows.append(_figure_row(_LABELS[name], figure))
+        if name in TURN_FIGURES and len(by_turn) > 1:
+            for index, per_turn in by_turn.items():
+                if per_turn[name]["count"]:
+                    rows.append(_figure_row(f"{_LABELS[name]}, turn {index}", per_turn[name]))
     for tier, figure in snapshot["recoveries"].items():
         rows.append(
             [f"recovery: {tier}", str(figure["count"]), ms(figure["p50"]), ms(figure["p90"]),
@@ -115,7 +128,9 @@ def _nice_max(value: float) -> float:
 
 def svg_chart(timeline: Sequence[Mapping[str, Any]], *, width: int = 760, height: int = 320) -> str:
     """An SVG chart: reply latency p50 (solid) and p90 (dashed) in ms on the left axis,
-    active sessions (grey area) on the right axis, seconds from the start below."""
+    active sessions (grey area) on the right axis, seconds from the start below. A series
+    with fewer than :data:`MIN_LINE_POINTS` buckets is drawn as points (one per bucket,
+    no line between them)."""
     left, right, top, bottom = 60, 60, 20, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     t_max = max((float(row["t"]) for row in timeline), default=1.0) or 1.0
@@ -181,10 +196,19 @@ def svg_chart(timeline: Sequence[Mapping[str, Any]], *, width: int = 760, height
         if not points:
             continue
         dash = ' stroke-dasharray="5,3"' if dashed else ""
-        parts.append(
-            f'<polyline class="series" data-series="{key}" points="{" ".join(points)}" '
-            f'fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>'
-        )
+        if len(points) >= MIN_LINE_POINTS:
+            parts.append(
+                f'<polyline class="series" data-series="{key}" points="{" ".join(points)}" '
+                f'fill="none" stroke="{colour}" stroke-width="1.8"{dash}/>'
+            )
+        else:
+            hollow = 'fill="#fff" ' if dashed else f'fill="{colour}" '  # p90: hollow
+            dots = "".join(
+                f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="3.5" {hollow}'
+                f'stroke="{colour}" stroke-width="1.5"/>'
+                for p in points
+            )
+            parts.append(f'<g class="series points" data-series="{key}">{dots}</g>')
         legend.append((f"{_LABELS[name]} {pct}", colour, dashed))
     legend.append(("active sessions", "#999", False))
     for i, (label, colour, dashed) in enumerate(legend):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import SessionConfig
@@ -63,6 +63,9 @@ class Endings:
     fail_waiters: Callable[[AvatarError], None]
     deliver_after_recovery: Callable[[str], Coroutine[Any, Any, None]]
     unregister_signals: Callable[[], None] | None = None
+    #: Set once the session is terminal and its ``ended`` event is out: what a ``close()``
+    #: that comes while an end is already under way waits for.
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
 
     def on_task_failure(self, name: str, exc: BaseException) -> None:
         """A supervised task died: the session fails loudly, never limps on."""
@@ -136,7 +139,19 @@ class Endings:
             }
         )
 
+    async def wait_finished(self) -> None:
+        """Until an end already under way has finished (bounded: its teardown and the
+        completion signal are each bounded by ``close_timeout``)."""
+        limit = 2 * self.config.close_timeout + 1.0
+        try:
+            async with asyncio.timeout(limit):
+                await self.finished.wait()
+        except TimeoutError:
+            log.warning("close(): the end under way did not finish within %.1f s", limit)
+
     async def _ended(self, payload: dict[str, Any]) -> None:
+        # Set before the bus drains: a handler awaiting close() must not wait on itself.
+        self.finished.set()
         self.bus.emit("ended", payload)
         await self.bus.aclose()
         if self.journal is not None:

@@ -55,6 +55,10 @@ log = sdk_logger(__name__)
 __all__ = ["AvatarSession", "Health", "Reply", "SpeechHandle"]
 
 
+#: ``wait_until_quiet(timeout=None)``: a bound no conversation reaches (a timer needs one).
+_NO_BOUND = 1e9
+
+
 class AvatarSession(EventSource):
     """One live conversation with an avatar. See ``docs/`` for the full guide."""
 
@@ -181,6 +185,7 @@ class AvatarSession(EventSource):
         )
         if self._journal is not None:
             self._bus.on("*", self._journal.record)
+        # Fed synchronously by every event: whether the avatar is still answering or talking.
         self._desk = TurnDesk(
             config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
             guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
@@ -511,6 +516,36 @@ class AvatarSession(EventSource):
         await self._replies.until_free(deadline, lambda: desk.gate.phase == "open")
         await self._replies.until_quiet(deadline)  # media: its last audio arrived here too
 
+    async def wait_until_quiet(self, *, timeout: float | None = None) -> None:
+        """Return once the avatar is quiet: no agent turn in progress and nothing it is
+        still saying (its answer's captions came, and ``agent_talking`` went back to false,
+        or it was interrupted). At once when it already is, or when the session is over.
+
+        ``agent_turn_ended`` marks the end of an answer's *generation*; the avatar goes on
+        speaking it for as long as its audio lasts, and a turn sent meanwhile interrupts it.
+        Wait for this before the next turn, or before ``close()`` to let the last answer be
+        heard (and recorded) to its end. It does not wait for an answer that has not begun.
+        ``TimeoutError`` after ``timeout`` seconds (None: no bound).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not timeout >= 0
+            or timeout == float("inf")
+        ):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"timeout must be a finite number >= 0, not {timeout!r}"
+            )
+        if self._replies.ended is not None:
+            return  # an ended session is quiet
+        clock = self._clock
+        deadline = clock.monotonic() + (_NO_BOUND if timeout is None else float(timeout))
+        try:  # the same floor ask() waits for (session/replies.py: Floor)
+            await self._replies.until_free(deadline, lambda: True)
+            await self._replies.until_quiet(deadline)
+        except AvatarError:
+            return  # the session ended meanwhile: nothing more will be said
+
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
@@ -580,6 +615,8 @@ class AvatarSession(EventSource):
             if self._machine.terminal:
                 return
         await self._endings.end("closed", None)
+        if self._machine.state == "disconnecting":  # an end was already under way
+            await self._endings.wait_finished()
 
 
 def _describe(url: str, *, media: bool, video: bool) -> dict[str, Any]:

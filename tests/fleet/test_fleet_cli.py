@@ -4,6 +4,7 @@ the summary, the JSONL and the HTML chart; exit statuses for failures and usage 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -29,7 +30,8 @@ def test_fleet_against_staging_writes_summary_jsonl_and_chart(tmp_path: Path) ->
 
     assert result.exit_code == 0, result.output
     assert "fleet summary" in result.output
-    assert "sessions ok / failed  3 / 0" in result.output
+    assert re.search(r"^sessions ok / failed +3 / 0$", result.output, re.MULTILINE)
+    assert re.search(r"^reply: turn ended, turn 1 +3 ", result.output, re.MULTILINE)
     assert "started 3/3" in result.output  # the final progress line
     kinds = [json.loads(line)["kind"] for line in jsonl.read_text().splitlines()]
     assert kinds.count("turn") == 6 and kinds.count("session_finished") == 3
@@ -68,3 +70,16 @@ def test_a_scenario_that_fails_to_import_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "RuntimeError: boom at import" in result.output
     assert "Traceback" not in result.output
+
+
+def test_fleet_http_url_without_insecure_is_a_usage_error_naming_the_flag() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["fleet", "tests.fleet.scenarios:one_turn", "--url", "http://127.0.0.1:9", "-n", "1",
+         "--engine", "inline"],
+        env={"AVATAR_TOKEN": "t"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("avatar-sdk:")]
+    assert len(lines) == 1 and "pass --insecure" in lines[0], result.stderr
+    assert "allow_insecure_transport" not in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import py_compile
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,8 +54,9 @@ def test_fleet_script_runs_with_the_cli() -> None:
         "-m", "avatar_sdk._cli", "fleet", "examples/fleet_script.yaml", "--staging",
         "-n", "2", "--rate", "10", "--engine", "inline",
     )  # fmt: skip
-    assert "sessions ok / failed  2 / 0" in out
-    assert "recovery: socket      2" in out
+    # The summary's columns are as wide as its longest label (a per-turn-index row).
+    assert re.search(r"^sessions ok / failed +2 / 0$", out, re.MULTILINE), out
+    assert re.search(r"^recovery: socket +2 ", out, re.MULTILINE), out
 
 
 def test_qa_bot() -> None:

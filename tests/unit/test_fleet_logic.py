@@ -368,3 +368,62 @@ async def test_audio_probe_waits_for_silence_before_the_voice() -> None:
     over.add_done_callback(lambda _: at_frame.append(ending.frames))
     await ending.run()
     assert at_frame == [5 + QUIET_END_FRAMES]
+
+
+# -- per turn index, the wait apart, the chart as points (issue 18, item 9) -------------------
+def two_turn_run(sessions: int = 3) -> FleetStats:
+    """Turn 0 waited 0.31 s for the greeting; turn 1 answered in 7 ms: no turn took 160."""
+    stats = FleetStats()
+    for s in range(sessions):
+        stats.feed(m(0.0, "session_started", s))
+        stats.feed(m(0.4, "turn", s, turn=0, text_s=0.006, audio_s=None, ended_s=0.008,
+                     ok=True, wait_s=0.31))  # fmt: skip
+        stats.feed(m(0.5, "turn", s, turn=1, text_s=0.005, audio_s=None, ended_s=0.007,
+                     ok=s != 2, wait_s=0.1))  # fmt: skip
+        stats.feed(m(0.6, "session_finished", s, status="ok", seconds=0.6))
+    return stats
+
+
+def test_turn_figures_per_turn_index_with_the_wait_apart() -> None:
+    snap = two_turn_run().snapshot()
+    by_turn = snap["by_turn"]
+    assert list(by_turn) == ["0", "1"]
+    assert (by_turn["0"]["ok"], by_turn["0"]["failed"]) == (3, 0)
+    assert (by_turn["1"]["ok"], by_turn["1"]["failed"]) == (2, 1)
+    assert by_turn["0"]["wait"]["p50"] == pytest.approx(0.31)
+    assert by_turn["0"]["ended"]["p50"] == pytest.approx(0.008)
+    assert by_turn["1"]["ended"]["max"] == pytest.approx(0.007)
+    assert by_turn["0"]["audio"]["count"] == 0
+    # The all-turns figures: the wait is never on a turn's clock.
+    assert snap["latency"]["ended"]["count"] == 6 and snap["latency"]["ended"]["max"] < 0.01
+    assert snap["latency"]["wait"]["count"] == 6
+    rows = {row[0]: row for row in summary_rows(snap)}
+    assert rows["reply: turn ended, turn 0"][1:3] == ["3", "8 ms"]
+    assert rows["reply: turn ended, turn 1"][1:3] == ["3", "7 ms"]
+    assert rows["turn: wait before sending, turn 0"][2] == "310 ms"
+    assert "reply: first audio, turn 0" not in rows  # no audio samples: no row
+    labels = list(rows)
+    assert labels.index("reply: turn ended") < labels.index("reply: turn ended, turn 0")
+
+
+def test_one_turn_index_has_no_per_turn_rows_and_odd_indexes_are_ignored() -> None:
+    stats = FleetStats()
+    stats.feed(m(0.1, "turn", 0, turn=0, text_s=0.1, audio_s=None, ended_s=0.2, ok=True))
+    stats.feed(m(0.2, "turn", 0, turn="x", text_s=0.1, audio_s=None, ended_s=0.2, ok=True))
+    snap = stats.snapshot()
+    assert list(snap["by_turn"]) == ["0"] and snap["by_turn"]["0"]["wait"]["count"] == 0
+    assert snap["latency"]["ended"]["count"] == 2
+    assert not [row for row in summary_rows(snap) if ", turn " in row[0]]
+
+
+def test_chart_draws_points_for_a_few_buckets_and_lines_for_many() -> None:
+    few = svg_chart(two_turn_run().timeline())
+    assert "<polyline" not in few  # one bucket: a line would invent a slope
+    assert 'class="series points" data-series="ended_p50"' in few and "<circle" in few
+    stats = FleetStats()
+    for i in range(12):
+        stats.feed(m(float(i), "turn", 0, turn=0, text_s=0.1, audio_s=None, ended_s=0.2,
+                     ok=True))  # fmt: skip
+    many = svg_chart(stats.timeline())
+    assert 'class="series" data-series="ended_p50"' in many and "<polyline" in many
+    assert stats.timeline()[0]["ended_n"] == 1
