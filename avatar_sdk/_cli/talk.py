@@ -408,21 +408,17 @@ class Talk:
             await self._audio_sent(session)
 
     async def _turn(self, session: AvatarSession, text: str) -> None:
-        """One exchange, as a person takes it: speak once the avatar is quiet, wait for the
-        answer, then until it has been said to its end (``session.ask()`` in one call, once
-        it exists). Each wait is bounded by ``reply_timeout``."""
-        await self._until_quiet(session)
-        answered = session.expect("agent_turn_ended", timeout=self.opts.reply_timeout)
+        """One exchange, as a person takes it: ``session.ask()`` (sent once the avatar is
+        quiet, answered by the reply to that turn), then until the answer has been said to
+        its end. Each wait is bounded by ``reply_timeout``."""
+        await self._until_quiet(session)  # so the transcript shows the question when it goes
         if self.printer is not None:
             self.printer.user(text, time.monotonic())
         try:
-            await session.speak(text)
-            await answered
+            await session.ask(text, timeout=self.opts.reply_timeout)
         except TimeoutError:
             self.note(f"no answer within {self.opts.reply_timeout:g} s", "yellow")
             return
-        finally:
-            answered.cancel()
         await self._until_quiet(session)
 
     async def _audio_sent(self, session: AvatarSession) -> None:
