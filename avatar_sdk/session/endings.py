@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import SessionConfig
@@ -63,6 +63,8 @@ class Endings:
     fail_waiters: Callable[[AvatarError], None]
     deliver_after_recovery: Callable[[str], Coroutine[Any, Any, None]]
     unregister_signals: Callable[[], None] | None = None
+    #: Closed last, after ``ended`` and the journal (a cassette, an exporter's flush).
+    after_end: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
     def on_task_failure(self, name: str, exc: BaseException) -> None:
         """A supervised task died: the session fails loudly, never limps on."""
@@ -140,6 +142,11 @@ class Endings:
         await self.bus.aclose()
         if self.journal is not None:
             await self.journal.aclose()
+        for close in self.after_end:
+            try:
+                await close()
+            except Exception as exc:
+                log.warning("closing %r failed (%s)", close, type(exc).__name__)
 
     async def _signal_completion(self, reason: str) -> None:
         """``session_completed``: at most one POST per session, within ``close_timeout``

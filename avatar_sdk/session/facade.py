@@ -16,6 +16,7 @@ from pathlib import Path
 from ssl import SSLContext
 from typing import Any
 
+from ..cassette.recorder import CassetteRecorder
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import AUDIO_CODECS, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
@@ -29,6 +30,7 @@ from ..transport.asr import UplinkTrack
 from ..transport.genie import GenieClient
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
+from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
 from ..transport.tls import client_context
 from ..urls import check_url
@@ -72,6 +74,9 @@ class AvatarSession(EventSource):
         clock: Clock | None = None,
         ssl: SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
+        record: str | os.PathLike[str] | None = None,
+        record_content: bool = False,
+        observer: WireObserver | None = None,
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
@@ -98,6 +103,14 @@ class AvatarSession(EventSource):
         :param clock: an injected clock for tests (``avatar_sdk.testing.FakeClock``).
         :param ssl: an ``ssl.SSLContext`` for every connection; or
         :param ca_file: a PEM file of a private CA trusted besides the system's (not both).
+        :param record: a path to write a cassette to: every event in and out, every HTTP
+            exchange, every disconnect, media states and a per-second media sample, never
+            the token (``docs/replay.md``; replay it with ``avatar-sdk replay PATH``).
+        :param record_content: keep the user's text in the cassette (default False: each
+            user text is replaced by a stable placeholder, as the GenAI conventions' content
+            capture is off by default).
+        :param observer: a ``WireObserver`` told the same facts a cassette records (for
+            telemetry; ``avatar_sdk.transport.observe``).
         :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
             for an http URL without the opt-in.
         """
@@ -140,6 +153,19 @@ class AvatarSession(EventSource):
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
             self._outputs["video"] = FanoutTrack("video")
+        self._cassette: CassetteRecorder | None = None
+        if record is not None:
+            try:
+                self._cassette = CassetteRecorder(
+                    Path(record), clock=self._clock, url=self._url, config=cfg,
+                    media=self._media, video=bool(video), thread_id=thread_id,
+                    record_content=record_content,
+                )  # fmt: skip
+            except OSError as exc:
+                raise AvatarError(
+                    ErrorCode.INVALID_ARGUMENT, f"record: cannot write {record} ({exc.strerror})"
+                ) from None
+        self._observer: WireObserver | None = _one_observer(self._cassette, observer)
         spec = MediaSpec(
             self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
         )
@@ -153,10 +179,13 @@ class AvatarSession(EventSource):
             counters=self._stats,
             clock=self._clock,
             ssl_context=tls,
+            observer=self._observer,
         )
         self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock)
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
-        self._genie = GenieClient(genie, token, ssl_context=tls) if genie else None
+        self._genie = (
+            GenieClient(genie, token, ssl_context=tls, observer=self._observer) if genie else None
+        )
         self._completion = CompletionSignal(
             self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
         )
@@ -177,6 +206,8 @@ class AvatarSession(EventSource):
             outputs=self._outputs, uplink_track=self._uplink_track,
             fail_waiters=self._desk.fail_held, deliver_after_recovery=self._desk.after_recovery,
         )  # fmt: skip
+        if self._cassette is not None:
+            self._endings.after_end.append(self._cassette.aclose)
         self._supervisor.on_failure = self._endings.on_task_failure
         self._idle.on_idle = self._endings.on_idle
         self._recovery = RecoveryController(
@@ -283,6 +314,7 @@ class AvatarSession(EventSource):
         """
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
+        self._call("connect")
         self._connect_task = asyncio.current_task()
         started = self._clock.monotonic()
         self._machine.fire("start")
@@ -324,6 +356,26 @@ class AvatarSession(EventSource):
         self._idle.start()
         if cfg.brain_stall_timeout > 0:
             spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
+        if self._observer is not None and self._media:
+            spawn(self._media_samples(), "media-samples")
+
+    async def _media_samples(self) -> None:
+        """Once a second, the media counters to the observer (a cassette's summary)."""
+        while not self._machine.terminal:
+            await self._clock.sleep(1.0)
+            counts = {"audio_out": self._uplink_track.frames_sent}
+            lanes = self.media
+            if lanes is not None and lanes.stv is not None:
+                counts["audio_in"] = lanes.stv.frames.get("audio", 0)
+                counts["video_in"] = lanes.stv.frames.get("video", 0)
+            self._sample(counts)
+
+    def _sample(self, counts: dict[str, int]) -> None:
+        notify(self._observer, lambda o: o.media_sample(counts))
+
+    def _call(self, name: str, **args: Any) -> None:
+        if self._observer is not None:
+            notify(self._observer, lambda o: o.session_call(name, args))
 
     # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
@@ -341,6 +393,7 @@ class AvatarSession(EventSource):
         Returns ``{ok, reason}``: ``ok``, ``unknown_or_stale``, ``session_rebuilt``,
         ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried).
         """
+        self._call("respond_to_tool", call_id=call_id, result=result)
         return await self._guards.respond_to_tool(self._genie, call_id, result)
 
     # -- conversation ---------------------------------------------------------------------
@@ -354,11 +407,13 @@ class AvatarSession(EventSource):
         if the session ends instead, this raises ``AvatarError``. A turn the server has not
         confirmed when a recovery happens is resent once (``turn_resent``).
         """
+        self._call("speak", text=text)
         await self._desk.speak(text)
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
+        self._call("interrupt")
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
 
     @property
@@ -369,12 +424,14 @@ class AvatarSession(EventSource):
     @mic_enabled.setter
     def mic_enabled(self, enabled: bool) -> None:
         self._uplink_track.muted = not enabled
+        self._call("set_mic", enabled=bool(enabled))
         self._user.set_mic(bool(enabled))
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
         ``paused``; a cold reconnect pauses the new server session too."""
         self._require(self._machine.usable)
+        self._call("pause")
         await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty())
         if not self._machine.try_fire("pause"):
             # A recovery started while the pause went out: it returns to paused.
@@ -389,6 +446,7 @@ class AvatarSession(EventSource):
         as connected; a failure there ends the session (``resume_failed``).
         """
         self._require(self._machine.paused)
+        self._call("resume")
         await self._slot.outbox.send(Out.RESUME_CONVERSATION, build_empty())
         self._user.resume_sent()
         link = self._slot.current
@@ -414,6 +472,7 @@ class AvatarSession(EventSource):
         """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
         if self._machine.terminal:
             return
+        self._call("close")
         self._close_requested = True
         connect_task = self._connect_task
         if connect_task is not None and connect_task is not asyncio.current_task():
@@ -422,3 +481,11 @@ class AvatarSession(EventSource):
             if self._machine.terminal:
                 return
         await self._endings.end("closed", None)
+
+
+def _one_observer(*observers: WireObserver | None) -> WireObserver | None:
+    """The observers given, as one (None when there is none: the channels then pay nothing)."""
+    present = [o for o in observers if o is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+    return FanoutObserver(present)
