@@ -180,6 +180,7 @@ class ReplayServer(StagingServer):
     ) -> None:
         self.cassette = cassette if isinstance(cassette, Cassette) else load(cassette)
         staging.setdefault("audio_only", False)
+        staging.setdefault("token", "replay-dummy-token")
         super().__init__(**staging)
         http = self.cassette.of_kind("http")
         whep = [
@@ -294,6 +295,95 @@ class ReplayServer(StagingServer):
 
     async def _session_completed(self, request: web.Request) -> web.Response:
         return await self._genie_answer(request, "/thread/session_completed")
+
+    async def replay(
+        self, session_factory: SessionFactory | None = None, *, overall_timeout: float = 300.0
+    ) -> ReplayResult:
+        """Run the SDK under test against this replay (once) and return the verdict.
+
+        The session is built as recorded (the header's non-secret configuration, media,
+        video and thread) with this server's dummy token: ``session_factory(url, token,
+        **kwargs)`` builds it (default: :class:`~avatar_sdk.AvatarSession`), so a test can
+        hand in a patched SDK; it must accept ``observer=``. The recorded application calls
+        are made on it in order; bounded by ``overall_timeout``."""
+        factory = session_factory or AvatarSession
+        tape, server, answer_timeout = self.cassette, self, self.answer_timeout
+        receipts = _Receipts()
+        session = factory(
+            server.url,
+            server.token,
+            genie_url=server.genie_url,
+            thread_id=tape.session.get("thread_id") or None,
+            media=tape.media,
+            video=tape.video,
+            config=tape.config().with_(handle_signals=False),
+            allow_insecure_transport=True,
+            observer=receipts,
+        )
+        errors: list[str] = []
+        tasks: set[asyncio.Task[Any]] = set()
+
+        async def guarded(name: str, work: Awaitable[Any]) -> None:
+            try:
+                await work
+            except Exception as exc:
+                errors.append(f"{name}: {type(exc).__name__}")
+
+        async def caught_up() -> None:
+            """Wait (bounded) until the client received every inbound event sent so far."""
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(2.0, answer_timeout)):
+                    while receipts.count < server.sent_in:
+                        receipts.changed.clear()
+                        await receipts.changed.wait()
+
+        async def perform(call: Record) -> None:
+            args = call.data.get("args") if isinstance(call.data.get("args"), dict) else {}
+            assert isinstance(args, dict)
+            await caught_up()
+            name = call.name
+            if name == "set_mic":
+                session.mic_enabled = bool(args.get("enabled", True))
+                return
+            work: Awaitable[Any]
+            if name == "connect":
+                work = session.connect()
+            elif name == "close":
+                work = session.close()
+            elif name == "speak":
+                work = session.speak(str(args.get("text", "")))
+            elif name == "respond_to_tool":
+                work = session.respond_to_tool(str(args.get("call_id")), args.get("result") or {})
+            else:
+                work = getattr(session, name)()
+            task = asyncio.ensure_future(guarded(name, work))
+            tasks.add(task)
+
+        async def run_calls() -> None:
+            while True:
+                await perform(await server.calls.get())
+
+        caller = asyncio.ensure_future(run_calls())
+        try:
+            async with asyncio.timeout(overall_timeout):
+                await server.finished.wait()
+        except TimeoutError:
+            server.divergence = server.divergence or Divergence(
+                -1, 0.0, "the replay to finish", f"not finished in {overall_timeout:g} s"
+            )
+        finally:
+            # The calls in flight (a close under way) finish; only the call loop stops.
+            caller.cancel()
+            await asyncio.gather(caller, return_exceptions=True)
+            await session.close()
+            if tasks:
+                _, late = await asyncio.wait(tasks, timeout=answer_timeout)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        result = server.result()
+        result.call_errors = errors
+        return result
 
     # -- the script -----------------------------------------------------------------------------
     async def _drive(self) -> None:
@@ -461,91 +551,10 @@ async def replay_cassette(
     max_gap: float = 0.25,
     overall_timeout: float = 300.0,
 ) -> ReplayResult:
-    """Run the SDK under test against the cassette's replay and return the verdict.
-
-    The session is built as recorded (the header's non-secret configuration, media, video
-    and thread), against a :class:`ReplayServer` with a dummy token: ``session_factory(url,
-    token, **kwargs)`` builds it (default: :class:`~avatar_sdk.AvatarSession`), so a test
-    can hand in a patched SDK. Bounded by ``overall_timeout``."""
-    tape = cassette if isinstance(cassette, Cassette) else load(cassette)
-    factory = session_factory or AvatarSession
-    async with ReplayServer(
-        tape, answer_timeout=answer_timeout, max_gap=max_gap, token="replay-dummy-token"
-    ) as server:
-        receipts = _Receipts()
-        session = factory(
-            server.url,
-            server.token,
-            genie_url=server.genie_url,
-            thread_id=tape.session.get("thread_id") or None,
-            media=tape.media,
-            video=tape.video,
-            config=tape.config().with_(handle_signals=False),
-            allow_insecure_transport=True,
-            observer=receipts,
-        )
-        errors: list[str] = []
-        tasks: set[asyncio.Task[Any]] = set()
-
-        async def guarded(name: str, work: Awaitable[Any]) -> None:
-            try:
-                await work
-            except Exception as exc:
-                errors.append(f"{name}: {type(exc).__name__}")
-
-        async def caught_up() -> None:
-            """Wait (bounded) until the client received every inbound event sent so far."""
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(2.0, answer_timeout)):
-                    while receipts.count < server.sent_in:
-                        receipts.changed.clear()
-                        await receipts.changed.wait()
-
-        async def perform(call: Record) -> None:
-            args = call.data.get("args") if isinstance(call.data.get("args"), dict) else {}
-            assert isinstance(args, dict)
-            await caught_up()
-            name = call.name
-            if name == "close":
-                await guarded(name, session.close())
-                return
-            if name == "set_mic":
-                session.mic_enabled = bool(args.get("enabled", True))
-                return
-            work: Awaitable[Any]
-            if name == "connect":
-                work = session.connect()
-            elif name == "speak":
-                work = session.speak(str(args.get("text", "")))
-            elif name == "respond_to_tool":
-                work = session.respond_to_tool(str(args.get("call_id")), args.get("result") or {})
-            else:
-                work = getattr(session, name)()
-            task = asyncio.ensure_future(guarded(name, work))
-            tasks.add(task)
-
-        async def run_calls() -> None:
-            while True:
-                await perform(await server.calls.get())
-
-        caller = asyncio.ensure_future(run_calls())
-        try:
-            async with asyncio.timeout(overall_timeout):
-                await server.finished.wait()
-        except TimeoutError:
-            server.divergence = server.divergence or Divergence(
-                -1, 0.0, "the replay to finish", f"not finished in {overall_timeout:g} s"
-            )
-        finally:
-            caller.cancel()
-            await asyncio.gather(caller, return_exceptions=True)
-            await session.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        result = server.result()
-        result.call_errors = errors
-        return result
+    """Run the SDK under test against the cassette's replay and return the verdict (a
+    :class:`ReplayServer` started and stopped around :meth:`ReplayServer.replay`)."""
+    async with ReplayServer(cassette, answer_timeout=answer_timeout, max_gap=max_gap) as server:
+        return await server.replay(session_factory, overall_timeout=overall_timeout)
 
 
 def dumps_result(result: ReplayResult) -> str:
