@@ -130,6 +130,37 @@ def out_key(name: str, payload: Any) -> tuple[Any, ...]:
     return (name,)
 
 
+_SHAPE_TYPES: Final[dict[str, type | tuple[type, ...]]] = {
+    "str": str,
+    "int": int,
+    "bool": bool,
+    "float": (int, float),
+    "NoneType": type(None),
+}
+
+
+def shape_mismatch(payload: Any, shape: Any, where: str = "payload") -> str | None:
+    """How ``payload`` differs from a golden ``shape`` (field -> type name, nested), or
+    None when every field of the shape is there with its type (extra fields are fine)."""
+    if shape is None:
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(payload, dict):
+            return f"{where} is not an object"
+        for key, sub in shape.items():
+            if key not in payload:
+                return f"{where}.{key} is missing"
+            wrong = shape_mismatch(payload[key], sub, f"{where}.{key}")
+            if wrong is not None:
+                return wrong
+        return None
+    expected = _SHAPE_TYPES.get(str(shape))
+    if expected is None:
+        return None
+    ok = isinstance(payload, expected) and not (expected is int and isinstance(payload, bool))
+    return None if ok else f"{where} is not {shape}"
+
+
 def script_of(cassette: Cassette) -> list[Record]:
     """The records a replay enacts or waits for, in recorded order."""
     steps: list[Record] = []
@@ -462,6 +493,9 @@ class ReplayServer(StagingServer):
             )  # fmt: skip
             if match is None:
                 return self._diverged(waiting[0], action.describe())
+            wrong = shape_mismatch(action.payload, match.data.get("shape"))
+            if wrong is not None:
+                return self._diverged(match, f"{action.describe()} whose {wrong}")
             waiting.remove(match)
             self.matched += 1
         return True
@@ -580,4 +614,5 @@ __all__ = [
     "dumps_result",
     "replay_cassette",
     "script_of",
+    "shape_mismatch",
 ]
