@@ -391,9 +391,13 @@ class AvatarSession(EventSource):
         """Acknowledge a tool call that waits for a response (POST to the genie host).
 
         Returns ``{ok, reason}``: ``ok``, ``unknown_or_stale``, ``session_rebuilt``,
-        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried).
+        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried);
+        ``closed`` once the session has ended (nothing is sent).
         """
         self._call("respond_to_tool", call_id=call_id, result=result)
+        if self._machine.terminal:
+            # Its HTTP session is closed: a POST now would open one nobody closes.
+            return {"ok": False, "reason": "closed"}
         return await self._guards.respond_to_tool(self._genie, call_id, result)
 
     # -- conversation ---------------------------------------------------------------------

@@ -86,6 +86,10 @@ async def field_cassette(staging: StagingServer, tmp_path: Path) -> Path:
     return path
 
 
+def lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
 def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -227,7 +231,7 @@ async def test_no_token_no_registered_secret_and_no_user_text(
 async def test_a_cassette_cut_short_replays_its_prefix_and_bad_ones_are_refused(
     field_cassette: Path, tmp_path: Path
 ) -> None:
-    lines = field_cassette.read_text().splitlines(keepends=True)
+    lines = lines_of(field_cassette)
     cut = tmp_path / "cut.jsonl"
     cut.write_text("".join(lines[:40]) + lines[40][: len(lines[40]) // 2])  # died mid-line
     tape = load(cut)
