@@ -7,6 +7,7 @@ exit codes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -287,6 +288,35 @@ async def test_a_golden_shape_the_sdk_breaks_is_a_divergence(
 # -- the command line --------------------------------------------------------------------------
 def run_cli(*args: str) -> Any:
     return CliRunner().invoke(main, ["replay", *args], catch_exceptions=False)
+
+
+async def test_talk_cassette_records_a_session_that_replays(
+    staging: StagingServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "talk.jsonl"
+    args = ["talk", staging.url, "--insecure", "--no-media", "--say", "hello there"]
+    args += ["--set", "close_timeout=1", "--reply-timeout", "10", "--cassette", str(path)]
+    talked = await asyncio.to_thread(
+        CliRunner().invoke, main, args, env={"AVATAR_TOKEN": staging.token},
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert talked.exit_code == 0, talked.output
+    tape = load(path)
+    assert tape.complete
+    assert [r.name for r in tape.of_kind("call")] == ["connect", "speak", "close"]
+    assert staging.token not in path.read_text()
+    replayed = await asyncio.to_thread(run_cli, str(path), "--answer-timeout", str(ANSWER))
+    assert replayed.exit_code == 0, replayed.output
+
+
+def test_a_cassette_that_cannot_be_written_is_refused_at_once(tmp_path: Path) -> None:
+    with pytest.raises(AvatarError) as caught:
+        AvatarSession(
+            "http://127.0.0.1:9", "a-token", allow_insecure_transport=True,
+            record=tmp_path / "no-such-dir" / "x.jsonl",
+        )  # fmt: skip
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "record: cannot write" in caught.value.message
 
 
 def test_cli_replay_exit_codes(tmp_path: Path) -> None:
