@@ -352,3 +352,27 @@ def test_cli_replay_exit_codes(tmp_path: Path) -> None:
     garbage.write_text("hello\n")
     bad = run_cli(str(garbage))
     assert bad.exit_code == 2 and "not JSON" in bad.output
+
+
+async def test_a_fleet_spec_gives_each_session_its_cassette(
+    staging: StagingServer, tmp_path: Path
+) -> None:
+    from avatar_sdk.fleet import SessionSpec  # noqa: PLC0415 - the fleet layer, only here
+
+    folder = tmp_path / "cassettes"
+    spec = SessionSpec(
+        staging.url, staging.token, allow_insecure_transport=True, cassette_dir=str(folder)
+    )
+    assert spec.cassette_path(7) == folder / "session-7.jsonl"
+    sessions = [spec.build(i) for i in (0, 1)]
+    for session in sessions:
+        await session.connect()
+    for session in sessions:
+        await session.close()
+    for i in (0, 1):
+        tape = load(folder / f"session-{i}.jsonl")
+        assert tape.complete and tape.of_kind("open")
+    assert (
+        SessionSpec(staging.url, staging.token, allow_insecure_transport=True).cassette_path(0)
+        is None
+    )
