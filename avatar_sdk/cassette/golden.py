@@ -61,11 +61,14 @@ def golden_cassette(golden: dict[str, Any], *, source: str = "golden-session.jso
     shapes: dict[str, Any] = golden.get("shapes", {})
     steps: list[tuple[str, dict[str, Any]]] = []
 
+    def add(kind: str, data: dict[str, Any]) -> None:
+        steps.append((kind, data))
+
     def inbound(name: str, **values: Any) -> None:
         payload = from_shape(shapes.get(f"in {name}", {}))
         if isinstance(payload, dict):
             payload.update(values)
-        steps.append(("in", {"link": 0, "name": name, "args": [payload]}))
+        add("in", {"link": 0, "name": name, "args": [payload]})
 
     def outbound(name: str, **values: Any) -> None:
         data: dict[str, Any] = {"link": 0, "name": name, "payload": values}
@@ -73,10 +76,10 @@ def golden_cassette(golden: dict[str, Any], *, source: str = "golden-session.jso
         if isinstance(shape, dict):
             left_out = LEFT_OUT.get(f"out {name}", ())
             data["shape"] = {k: v for k, v in shape.items() if k not in left_out}
-        steps.append(("out", data))
+        add("out", data)
 
     def call(name: str, **args: Any) -> None:
-        steps.append(("call", {"name": name, "args": args}))
+        add("call", {"name": name, "args": args})
 
     def agent_turn(speech: str, text: str, turn: str) -> None:
         ids = {"speechId": speech}
@@ -95,7 +98,7 @@ def golden_cassette(golden: dict[str, Any], *, source: str = "golden-session.jso
     greeting = make_speech_id("approved-permissions", nonce="GLDN")
     answer = make_speech_id("transcript", user_text, nonce="GLDA")
     call("connect")
-    steps.append(("open", {"link": 0, "sid": "golden", "recovered": False}))
+    add("open", {"link": 0, "sid": "golden", "recovered": False})
     inbound("onServerConnected", finalUrl="http://golden", agentName="Golden", hostName="pod")
     outbound("join")
     inbound("clientConfiguration")
@@ -131,7 +134,7 @@ def golden_cassette(golden: dict[str, Any], *, source: str = "golden-session.jso
     outbound("unmuteUser")
     inbound("hideTapToTalkButton")
     call("close")
-    steps.append(("drop", {"link": 0, "reason": "io client disconnect"}))
+    add("drop", {"link": 0, "reason": "io client disconnect"})
 
     records = [Record(i, round(0.01 * i, 3), kind, data) for i, (kind, data) in enumerate(steps)]
     header = {
