@@ -79,6 +79,8 @@ class Record:
             return f"socket opened ({how}, link {self.link})"
         if self.kind == "call":
             return f"app called {self.name}()"
+        if self.kind == "refused":
+            return f"a connection refused ({self.data.get('code')})"
         return self.kind
 
 

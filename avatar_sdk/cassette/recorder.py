@@ -35,6 +35,9 @@ MAX_PENDING: Final = 50_000
 CLOSE_TIMEOUT: Final = 5.0
 #: Inbound payload fields that carry the user's own words (the server's echo of a turn).
 USER_TEXT_FIELDS: Final = ("userTranscription", "transcript", "userInput", "finalSegment")
+#: What stands for content left out (a tool result's values).
+REDACTED_CONTENT: Final = "<redacted>"
+TOOL_RESPONSE_SUFFIX: Final = "/assistant/tool_response"
 #: Outbound events whose ``text`` is the user's.
 USER_TEXT_EVENTS: Final = frozenset({Out.TEXT_ENTERED, Out.DEBUG_TEXT_ENTERED})
 
@@ -125,6 +128,9 @@ class CassetteRecorder(WireObserver):
         self._put("out", {"link": link, "name": name, "payload": payload})
 
     def http_exchange(self, exchange: HttpExchange) -> None:
+        request = exchange.request_body
+        if not self.record_content and exchange.url.endswith(TOOL_RESPONSE_SUFFIX):
+            request = _redact_tool_body(request)
         self._put(
             "http",
             {
@@ -132,7 +138,7 @@ class CassetteRecorder(WireObserver):
                 "method": exchange.method,
                 "url": exchange.url,
                 "status": exchange.status,
-                "request": exchange.request_body,
+                "request": request,
                 "response": exchange.response_body,
                 "outcome": exchange.outcome,
             },
@@ -147,6 +153,8 @@ class CassetteRecorder(WireObserver):
     def session_call(self, name: str, args: dict[str, Any]) -> None:
         if name == "speak":
             self._user_text(args.get("text"))
+        if name == "respond_to_tool" and not self.record_content:
+            args = {**args, "result": _redact_values(args.get("result"))}
         self._put("call", {"name": name, "args": args})
 
     # -- close ----------------------------------------------------------------------------------
@@ -176,6 +184,26 @@ class CassetteRecorder(WireObserver):
         self._end()
         if self._writer.stop(timeout):
             self._finalizer.detach()
+
+
+def _redact_values(value: Any) -> Any:
+    """A tool result without its content: the same keys, each value ``<redacted>``."""
+    if isinstance(value, dict):
+        return dict.fromkeys(value, REDACTED_CONTENT)
+    return {}
+
+
+def _redact_tool_body(body: str | None) -> str | None:
+    """A genie ``tool_response`` body with its ``response`` redacted (see above)."""
+    if body is None:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return REDACTED_CONTENT
+    if isinstance(data, dict) and "response" in data:
+        data["response"] = _redact_values(data["response"])
+    return json.dumps(data)
 
 
 __all__ = ["CassetteRecorder"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import socketio
 from aiohttp import web
 
 from ..cassette.format import Cassette, Record, load
@@ -64,7 +65,9 @@ LIVE_IN: Final = frozenset(
 #: Drop reasons the client causes itself (waited for, not re-enacted).
 CLIENT_REASONS: Final = frozenset({"io client disconnect"})
 #: Record kinds that are steps of the script (the rest is information).
-STEP_KINDS: Final = frozenset({"open", "out", "in", "drop", "call"})
+STEP_KINDS: Final = frozenset({"open", "refused", "out", "in", "drop", "call"})
+#: Connect failures a replay re-enacts (the server refuses the CONNECT); others are noted.
+REENACTED_REFUSALS: Final = frozenset({"auth_failed"})
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class _Action:
             return f"-> {self.name}{hint}"
         if self.kind == "open":
             return "socket opened (recovered)" if self.recovered else "socket opened (new)"
+        if self.kind == "refused":
+            return "a connection attempt"
         return f"socket closed ({self.name})"
 
 
@@ -172,6 +177,8 @@ def script_of(cassette: Cassette) -> list[Record]:
         if record.kind == "in" and record.name in LIVE_IN:
             continue
         if record.kind == "call" and record.name not in CALLS:
+            continue
+        if record.kind == "refused" and record.data.get("code") not in REENACTED_REFUSALS:
             continue
         steps.append(record)
     return steps
@@ -243,6 +250,11 @@ class ReplayServer(StagingServer):
         for r in self.cassette.records:
             if r.kind == "in" and r.name == In.AVAILABILITY_RESULT:
                 self._availability.setdefault(r.link, []).append(r.data.get("args"))
+        #: Each new (not recovered) connection attempt's recorded fate, in order.
+        self._attempts = deque(
+            r.kind == "refused" for r in self.steps
+            if r.kind == "refused" or (r.kind == "open" and not r.data.get("recovered"))
+        )  # fmt: skip
         self.sent_in = 0  # scripted inbound events sent
         self._driver: asyncio.Task[None] | None = None
 
@@ -271,7 +283,14 @@ class ReplayServer(StagingServer):
         self._arrived.set()
 
     async def _on_connect(self, sid: str, environ: Any, auth: Any = None) -> bool:
+        if self._attempts and self._attempts[0]:
+            self._attempts.popleft()
+            self.refused_connections += 1
+            self._saw(_Action("refused", sid))
+            raise socketio.exceptions.ConnectionRefusedError("invalid token (as recorded)")
         ok = await super()._on_connect(sid, environ, auth)
+        if self._attempts:
+            self._attempts.popleft()
         self._saw(_Action("open", sid))
         return ok
 
@@ -447,10 +466,10 @@ class ReplayServer(StagingServer):
                 await self._send(step)
             elif step.kind == "call":
                 await self.calls.put(step)
-            elif step.kind in ("open", "drop"):
+            elif step.kind in ("open", "refused", "drop"):
                 done = (
                     await self._expect_open(step)
-                    if step.kind == "open"
+                    if step.kind in ("open", "refused")
                     else await self._drop(step, steps[i + 1 :])
                 )
                 if not done:
@@ -501,13 +520,15 @@ class ReplayServer(StagingServer):
         return True
 
     async def _expect_open(self, step: Record) -> bool:
+        """A recorded connection (``open``) or refused attempt (``refused``)."""
         recovered = bool(step.data.get("recovered"))
         action = await self._next_action()
         if action is None:
             return self._diverged(step, f"no connection within {self.answer_timeout:g} s")
-        if action.kind != "open" or action.recovered != recovered:
+        if action.kind != step.kind or action.recovered != recovered:
             return self._diverged(step, action.describe())
-        self.links[step.link] = action.sid
+        if step.kind == "open":
+            self.links[step.link] = action.sid
         return True
 
     async def _drop(self, step: Record, rest: list[Record]) -> bool:

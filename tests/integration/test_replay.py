@@ -197,6 +197,42 @@ async def test_a_recorded_whep_404_is_answered_again(
         assert backend.media.whep_statuses == posts
 
 
+async def test_a_silent_socket_and_a_refused_token_replay_as_recorded(
+    staging: StagingServer, tmp_path: Path
+) -> None:
+    """A socket that went silent (the SDK's probe dropped it: ``ping timeout``) goes silent
+    again in the replay, so the SDK's probe finds it again; a refused CONNECT is refused
+    again (the replay's own token is accepted otherwise, so only the script refuses it)."""
+    silent, refused = tmp_path / "silent.jsonl", tmp_path / "refused.jsonl"
+    probing = CONFIG.with_(socket_probe_interval=0.5, socket_probe_timeout=0.5)
+    session = AvatarSession(
+        staging.url, staging.token, media=False, allow_insecure_transport=True, config=probing,
+        record=silent,
+    )  # fmt: skip
+    try:
+        await session.connect()
+        assert staging.faults.silent_socket(server_timeout=0.3) == 1
+        await session.wait_for("reconnected", 10)
+    finally:
+        await session.close()
+    wrong = AvatarSession(
+        staging.url, "wrong-token-0123", media=False, allow_insecure_transport=True,
+        config=CONFIG, record=refused,
+    )  # fmt: skip
+    with pytest.raises(AvatarError):
+        await wrong.connect()
+    drops = [r.data["reason"] for r in load(silent).of_kind("drop")]
+    assert drops == ["ping timeout", "io client disconnect"]
+    result = await replay_cassette(silent, answer_timeout=ANSWER)
+    assert result.same, str(result)
+    assert [r.data["code"] for r in load(refused).of_kind("refused")] == ["auth_failed"]
+    async with ReplayServer(refused, answer_timeout=ANSWER) as backend:
+        result = await backend.replay()
+        assert result.same, str(result)
+        assert result.call_errors == ["connect: AvatarError"]
+        assert backend.refused_connections == 1 and backend.connections == 0
+
+
 async def test_no_token_no_registered_secret_and_no_user_text(
     staging: StagingServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +258,8 @@ async def test_no_token_no_registered_secret_and_no_user_text(
     assert "my key is <redacted>" in secret.read_text()
     text = redacted.read_text()
     assert "please take my email" not in text and "did you get this" not in text
+    assert "a@example.com" not in text  # the tool result's values are content too
+    assert "a@example.com" in kept.read_text()
     # the check can fail: without the scrubbing, the token is there
     monkeypatch.setattr(recorder_module, "scrub", lambda value: value)
     leaky = tmp_path / "leaky.jsonl"
