@@ -22,6 +22,7 @@ from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
 from .fleet import command as fleet_command
 from .options import TOKEN_ENV, read_token
+from .replay import command as replay_command
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -51,6 +52,7 @@ def main(*, verbose: bool) -> None:
     avatar-sdk demo                       the fault tour against the embedded staging backend
     avatar-sdk fleet SCENARIO -n 50       many sessions at once: load tests and bot fleets
     avatar-sdk staging serve --port 8765  a standalone staging backend with a fault API
+    avatar-sdk replay CASSETTE            replay a recorded session against staging
     avatar-sdk diagram                    the session state machine as Mermaid
     """
     _configure_logging(verbose)
@@ -88,6 +90,12 @@ def main(*, verbose: bool) -> None:
     "--record",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Save the avatar's audio and video to this file (.mp4, .webm, .wav...).",
+)
+@click.option(
+    "--cassette",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write a cassette of the session's wire here (no token; replay it with "
+    "`avatar-sdk replay`).",
 )
 @click.option("--no-media", is_flag=True, help="Text only: no WebRTC audio or video.")
 @click.option("--no-video", is_flag=True, help="Audio only: no avatar video.")
@@ -133,6 +141,7 @@ def talk(
     as_json: bool,
     audio: Path | None,
     record: Path | None,
+    cassette: Path | None,
     no_media: bool,
     no_video: bool,
     insecure: bool,
@@ -168,6 +177,7 @@ def talk(
         json=as_json,
         audio=audio,
         record=record,
+        cassette=cassette,
         media=not no_media,
         video=not no_video,
         insecure=insecure,
@@ -213,6 +223,9 @@ def demo(*, no_media: bool, faults: str | None) -> None:
 
 # -- fleet (its options live with it) ---------------------------------------------------------
 main.add_command(fleet_command)
+
+# -- replay (its options live with it) --------------------------------------------------------
+main.add_command(replay_command)
 
 
 # -- diagram -----------------------------------------------------------------------------------

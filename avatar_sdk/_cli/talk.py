@@ -56,6 +56,8 @@ class TalkOptions:
     json: bool = False
     audio: Path | None = None
     record: Path | None = None
+    #: Write a cassette of the session here (``AvatarSession(record=...)``).
+    cassette: Path | None = None
     media: bool = True
     video: bool = True
     insecure: bool = False
@@ -309,6 +311,7 @@ class Talk:
             config=opts.config,
             allow_insecure_transport=opts.insecure,
             ca_file=opts.ca_file,
+            record=opts.cassette,
         )
         if opts.json:
             session.on("*", JsonPrinter(self.start).on_event)  # every event, for scripts

@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import AUDIO_CODECS, AudioCodec
@@ -73,6 +74,8 @@ class SessionSpec:
     ``token`` is left out of the repr and never written to measurements; ``control_url`` is
     the staging backend's control API base (``StagingServer.public_url``), needed only by
     scenarios that inject faults. ``config``: ``SessionConfig`` keyword arguments.
+    ``cassette_dir``: a directory (made if missing) where each session records a cassette,
+    ``session-<index>.jsonl`` (``AvatarSession(record=...)``, ``docs/replay.md``).
     """
 
     url: str
@@ -86,6 +89,7 @@ class SessionSpec:
     config: Mapping[str, Any] = field(default_factory=dict, hash=False)
     control_url: str | None = None
     audio_codec: AudioCodec = "thread"
+    cassette_dir: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("url", "token", "audio"):
@@ -126,9 +130,18 @@ class SessionSpec:
         except TypeError as exc:
             raise _invalid("SessionSpec", "config", f"has an unknown field: {exc}", "") from None
 
-    def build(self) -> AvatarSession:
-        """A new, unconnected session (in the worker). The token is registered as a secret
-        by ``AvatarSession`` itself, so no log record of this process shows it."""
+    def cassette_path(self, index: int) -> Path | None:
+        """Where session ``index`` records its cassette (None: ``cassette_dir`` unset)."""
+        if self.cassette_dir is None:
+            return None
+        folder = Path(self.cassette_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"session-{index}.jsonl"
+
+    def build(self, index: int = 0) -> AvatarSession:
+        """A new, unconnected session (in the worker), number ``index`` of the fleet. The
+        token is registered as a secret by ``AvatarSession`` itself, so no log record of
+        this process shows it."""
         from ..session.facade import AvatarSession  # noqa: PLC0415 - the session stack loads here
 
         return AvatarSession(
@@ -141,6 +154,7 @@ class SessionSpec:
             audio_codec=self.audio_codec,
             config=self.session_config(),
             allow_insecure_transport=self.allow_insecure_transport,
+            record=self.cassette_path(index),
         )
 
 

@@ -254,7 +254,7 @@ class _SessionRun:
     async def _live(self) -> str | None:
         """Build, converse (until done or the run stops), close; the failure code or None."""
         try:
-            session = self.plan.session.build()
+            session = self.plan.session.build(self.index)
         except AvatarError as exc:
             self.measure("error", code=str(exc.code), recoverable=exc.recoverable)
             return str(exc.code)

@@ -66,6 +66,8 @@ class Endings:
     #: Set once the session is terminal and its ``ended`` event is out: what a ``close()``
     #: that comes while an end is already under way waits for.
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Closed last, after ``ended`` and the journal (a cassette, an exporter's flush).
+    after_end: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
     def on_task_failure(self, name: str, exc: BaseException) -> None:
         """A supervised task died: the session fails loudly, never limps on."""
@@ -156,6 +158,11 @@ class Endings:
         await self.bus.aclose()
         if self.journal is not None:
             await self.journal.aclose()
+        for close in self.after_end:
+            try:
+                await close()
+            except Exception as exc:
+                log.warning("closing %r failed (%s)", close, type(exc).__name__)
 
     async def _signal_completion(self, reason: str) -> None:
         """``session_completed``: at most one POST per session, within ``close_timeout``

@@ -17,6 +17,7 @@ from ssl import SSLContext
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..cassette.recorder import CassetteRecorder
 from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import AUDIO_CODECS, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
@@ -31,6 +32,7 @@ from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
+from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
 from ..transport.tls import client_context
 from ..urls import check_url
@@ -82,6 +84,9 @@ class AvatarSession(EventSource):
         ssl: SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
         telemetry: Instrumentation | None = None,
+        record: str | os.PathLike[str] | None = None,
+        record_content: bool = False,
+        observer: WireObserver | None = None,
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
@@ -114,6 +119,14 @@ class AvatarSession(EventSource):
         :param telemetry: an instrumentation to attach, ``avatar_sdk.telemetry.Telemetry(...)``
             (OpenTelemetry traces and metrics, the ``otel`` extra; ``docs/observability.md``).
             None (default): no instrumentation, nothing observed.
+        :param record: a path to write a cassette to: every event in and out, every HTTP
+            exchange, every disconnect, media states and a per-second media sample, never
+            the token (``docs/replay.md``; replay it with ``avatar-sdk replay PATH``).
+        :param record_content: keep the user's text in the cassette (default False: each
+            user text is replaced by a stable placeholder, as the GenAI conventions' content
+            capture is off by default).
+        :param observer: a ``WireObserver`` told the same facts a cassette records (for
+            telemetry; ``avatar_sdk.transport.observe``).
         :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
             for an http URL without the opt-in.
         """
@@ -156,6 +169,19 @@ class AvatarSession(EventSource):
         self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
         if video:
             self._outputs["video"] = FanoutTrack("video")
+        self._cassette: CassetteRecorder | None = None
+        if record is not None:
+            try:
+                self._cassette = CassetteRecorder(
+                    Path(record), clock=self._clock, url=self._url, config=cfg,
+                    media=self._media, video=bool(video), thread_id=thread_id,
+                    record_content=record_content,
+                )  # fmt: skip
+            except OSError as exc:
+                raise AvatarError(
+                    ErrorCode.INVALID_ARGUMENT, f"record: cannot write {record} ({exc.strerror})"
+                ) from None
+        self._observer: WireObserver | None = _one_observer(self._cassette, observer)
         spec = MediaSpec(
             self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
         )
@@ -169,11 +195,17 @@ class AvatarSession(EventSource):
             counters=self._stats,
             clock=self._clock,
             ssl_context=tls,
+            observer=self._observer,
         )
         self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock, taps=self._taps)
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie_host = GenieHost(
-            self._url, genie_url, token=token, ssl_context=tls, allow_insecure=insecure
+            self._url,
+            genie_url,
+            token=token,
+            ssl_context=tls,
+            allow_insecure=insecure,
+            observer=self._observer,
         )
         self._genie = self._genie_host.client
         self._completion = CompletionSignal(
@@ -203,6 +235,8 @@ class AvatarSession(EventSource):
             outputs=self._outputs, uplink_track=self._uplink_track,
             fail_waiters=self._fail_waiters, deliver_after_recovery=self._desk.after_recovery,
         )  # fmt: skip
+        if self._cassette is not None:
+            self._endings.after_end.append(self._cassette.aclose)
         self._supervisor.on_failure = self._endings.on_task_failure
         self._idle.on_idle = self._endings.on_idle
         self._recovery = RecoveryController(
@@ -345,6 +379,7 @@ class AvatarSession(EventSource):
             )
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
+        self._call("connect")
         self._connect_task = asyncio.current_task()
         started = self._clock.monotonic()
         self._machine.fire("start")
@@ -402,6 +437,26 @@ class AvatarSession(EventSource):
         self._idle.start()
         if cfg.brain_stall_timeout > 0:
             spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
+        if self._observer is not None and self._media:
+            spawn(self._media_samples(), "media-samples")
+
+    async def _media_samples(self) -> None:
+        """Once a second, the media counters to the observer (a cassette's summary)."""
+        while not self._machine.terminal:
+            await self._clock.sleep(1.0)
+            counts = {"audio_out": self._uplink_track.frames_sent}
+            lanes = self.media
+            if lanes is not None and lanes.stv is not None:
+                counts["audio_in"] = lanes.stv.frames.get("audio", 0)
+                counts["video_in"] = lanes.stv.frames.get("video", 0)
+            self._sample(counts)
+
+    def _sample(self, counts: dict[str, int]) -> None:
+        notify(self._observer, lambda o: o.media_sample(counts))
+
+    def _call(self, name: str, **args: Any) -> None:
+        if self._observer is not None:
+            notify(self._observer, lambda o: o.session_call(name, args))
 
     # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
@@ -417,8 +472,13 @@ class AvatarSession(EventSource):
         """Acknowledge a tool call that waits for a response (POST to the genie host).
 
         Returns ``{ok, reason}``: ``ok``, ``unknown_or_stale``, ``session_rebuilt``,
-        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried).
+        ``timeout``, ``http_error`` or ``network_error`` (a failed one can be retried);
+        ``closed`` once the session has ended (nothing is sent).
         """
+        self._call("respond_to_tool", call_id=call_id, result=result)
+        if self._machine.terminal:
+            # Its HTTP session is closed: a POST now would open one nobody closes.
+            return {"ok": False, "reason": "closed"}
         return await self._guards.respond_to_tool(self._genie, call_id, result)
 
     # -- conversation ---------------------------------------------------------------------
@@ -442,6 +502,7 @@ class AvatarSession(EventSource):
         server has not confirmed when a recovery happens is resent once (``turn_resent``).
         """
         checked = self._desk.check(text)
+        self._call("speak", text=text)
         self._replies.note_user("speak")
         handle = self._replies.register(checked, media=self._media)
         task = self._supervisor.spawn(self._speak(text, handle), "speak")
@@ -549,6 +610,7 @@ class AvatarSession(EventSource):
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
         self._require(self._machine.connected)
+        self._call("interrupt")
         self._replies.note_user("interrupt")
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
         if self._taps:
@@ -562,12 +624,14 @@ class AvatarSession(EventSource):
     @mic_enabled.setter
     def mic_enabled(self, enabled: bool) -> None:
         self._uplink_track.muted = not enabled
+        self._call("set_mic", enabled=bool(enabled))
         self._user.set_mic(bool(enabled))
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
         ``paused``; a cold reconnect pauses the new server session too."""
         self._require(self._machine.usable)
+        self._call("pause")
         await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty())
         if not self._machine.try_fire("pause"):
             # A recovery started while the pause went out: it returns to paused.
@@ -582,6 +646,7 @@ class AvatarSession(EventSource):
         as connected; a failure there ends the session (``resume_failed``).
         """
         self._require(self._machine.paused)
+        self._call("resume")
         await self._slot.outbox.send(Out.RESUME_CONVERSATION, build_empty())
         self._user.resume_sent()
         link = self._slot.current
@@ -607,6 +672,7 @@ class AvatarSession(EventSource):
         """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
         if self._machine.terminal:
             return
+        self._call("close")
         self._close_requested = True
         connect_task = self._connect_task
         if connect_task is not None and connect_task is not asyncio.current_task():
@@ -626,3 +692,11 @@ def _describe(url: str, *, media: bool, video: bool) -> dict[str, Any]:
     port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
     mode = "control" if not media else "audio_video" if video else "audio"
     return {"server_address": parts.hostname or "", "server_port": port, "media": mode}
+
+
+def _one_observer(*observers: WireObserver | None) -> WireObserver | None:
+    """The observers given, as one (None when there is none: the channels then pay nothing)."""
+    present = [o for o in observers if o is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+    return FanoutObserver(present)

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import AvatarError
 from ..logs import sdk_logger
 from ..transport.genie import GenieClient, advertised_genie_url, known_genie_url
+from ..transport.observe import WireObserver
 from ..urls import check_url
 
 log = sdk_logger(__name__)
@@ -38,6 +39,7 @@ class GenieHost:
         token: str,
         ssl_context: ssl.SSLContext | None,
         allow_insecure: bool,
+        observer: WireObserver | None = None,
     ) -> None:
         """``url``: the checked conversation URL. ``genie_url``: the caller's (checked
         here; ``invalid_argument`` / ``insecure_transport`` as for ``url``)."""
@@ -45,12 +47,13 @@ class GenieHost:
         self._allow_insecure = allow_insecure
         self.__token = token
         self._ssl = ssl_context
+        self._observer = observer
         given = genie_url and check_url(genie_url, allow_insecure=allow_insecure, what="genie_url")
         base = given or known_genie_url(url)
         self.client: GenieClient | None = self._client(base) if base else None
 
     def _client(self, base: str) -> GenieClient:
-        return GenieClient(base, self.__token, ssl_context=self._ssl)
+        return GenieClient(base, self.__token, ssl_context=self._ssl, observer=self._observer)
 
     def after_join(self, client_configuration: Any) -> GenieClient | None:
         """After the first join (``connect()``; a cold reconnect's join does not ask again):

@@ -24,6 +24,7 @@ from ..transport.asr import UplinkTrack
 from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
+from ..transport.observe import WireObserver
 from ..transport.stv import FanoutTrack
 from ..wire import (
     AvailabilityResult,
@@ -202,8 +203,13 @@ class LinkBuilder:
         clock: Clock,
         listener: LinkListener | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        observer: WireObserver | None = None,
     ) -> None:
         self._url = url
+        #: Told what every link's channels say and hear (``transport.observe``); links are
+        #: numbered in the order they are created.
+        self._observer = observer
+        self._links_made = 0
         self.__token = token
         self._config = config
         self._sticky_id = sticky_id
@@ -245,7 +251,10 @@ class LinkBuilder:
             counters=self._counters,
             ssl_context=self._ssl,
             now=self._clock.monotonic,
+            observer=self._observer,
+            link=self._links_made,
         )
+        self._links_made += 1
         link = ServerLink(channel=channel, config=self._config)
         return link
 
@@ -303,6 +312,7 @@ class LinkBuilder:
             turn=spec.turn,
             ssl_context=self._ssl,
             audio_codec=spec.audio_codec,
+            observer=self._observer,
         )
         link.lanes = lanes
         lanes.room_id = link.room_id

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .faults import Faults
     from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
     from .process import StagingProcess
+    from .replay import Divergence, ReplayResult, ReplayServer, replay_cassette
     from .server import StagingServer
     from .synthetic import read_frame_counter
 
@@ -29,16 +30,20 @@ _EXPORTS: dict[str, str] = {
     "AsrStats": ".media",
     "Brain": ".brain",
     "Conversation": ".conversation",
+    "Divergence": ".replay",
     "EventSequence": ".expect",
     "FakeClock": "..clock",
     "Faults": ".faults",
     "ReceivedEvent": ".conversation",
+    "ReplayResult": ".replay",
+    "ReplayServer": ".replay",
     "StagingMedia": ".media",
     "StagingProcess": ".process",
     "StagingServer": ".server",
     "WhepViewer": ".media",
     "expect_events": ".expect",
     "read_frame_counter": ".synthetic",
+    "replay_cassette": ".replay",
 }
 
 __all__ = [
@@ -46,16 +51,20 @@ __all__ = [
     "AsrStats",
     "Brain",
     "Conversation",
+    "Divergence",
     "EventSequence",
     "FakeClock",
     "Faults",
     "ReceivedEvent",
+    "ReplayResult",
+    "ReplayServer",
     "StagingMedia",
     "StagingProcess",
     "StagingServer",
     "WhepViewer",
     "expect_events",
     "read_frame_counter",
+    "replay_cassette",
 ]
 
 

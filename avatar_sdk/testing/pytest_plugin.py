@@ -17,6 +17,10 @@
   (or never connected, or failed). One still open fails the test, named by its sticky id
   and repr (never the token), and is closed by the plugin, so the next test starts clean.
   A test that failed already is not failed twice: its sessions are closed all the same.
+* ``replayed_backend``: ``backend = await replayed_backend(cassette)``, a started
+  :class:`~avatar_sdk.testing.replay.ReplayServer` scripted by a cassette (a path or a
+  loaded one); ``result = await backend.replay()`` runs the SDK against it (``result.same``,
+  or ``result.divergence``); stopped after the test (``docs/replay.md``).
 
 The fixtures are async: they need pytest-asyncio (``pip install 'avatar-sdk[testing]'``),
 and either ``asyncio_mode = "auto"`` or ``@pytest.mark.asyncio`` on each test; the plugin
@@ -41,6 +45,7 @@ from .leaks import LeakCheck
 
 if TYPE_CHECKING:
     from ..session.facade import AvatarSession
+    from .replay import ReplayServer
     from .server import StagingServer
 
 try:
@@ -50,7 +55,7 @@ except ImportError:  # the fixtures then fail with MISSING_ASYNCIO, never "fixtu
 
 #: The fixtures that need an event loop (and so pytest-asyncio).
 ASYNC_FIXTURES = frozenset(
-    {"staging", "staging_factory", "avatar_session", "avatar_session_factory"}
+    {"staging", "staging_factory", "avatar_session", "avatar_session_factory", "replayed_backend"}
 )
 
 MISSING_ASYNCIO = (
@@ -289,6 +294,26 @@ if pytest_asyncio is not None:
             await _stop_checked(request, servers)
 
     @pytest_asyncio.fixture
+    async def replayed_backend() -> AsyncIterator[Callable[..., Awaitable[ReplayServer]]]:
+        """``await replayed_backend(cassette, answer_timeout=10.0, max_gap=0.25)``: a started
+        ``ReplayServer`` scripted by ``cassette``; all stopped after the test."""
+        from .replay import ReplayServer  # noqa: PLC0415 - lazy: the plugin stays cheap
+
+        servers: list[ReplayServer] = []
+
+        async def make(cassette: Any, **options: Any) -> ReplayServer:
+            server = ReplayServer(cassette, **options)
+            await server.start()
+            servers.append(server)
+            return server
+
+        try:
+            yield make
+        finally:
+            for server in reversed(servers):
+                await server.stop()
+
+    @pytest_asyncio.fixture
     async def avatar_session_factory(staging: StagingServer) -> AsyncIterator[SessionFactory]:
         """``await avatar_session_factory(config=..., staging=..., connect=True, **kwargs)``:
         sessions against the ``staging`` fixture (or another backend); after the test every
@@ -332,4 +357,8 @@ else:  # pragma: no cover - exercised only without pytest-asyncio installed
 
     @pytest.fixture(name="avatar_session_factory")
     def _avatar_session_factory_missing() -> None:
+        _missing()
+
+    @pytest.fixture(name="replayed_backend")
+    def _replayed_backend_missing() -> None:
         _missing()

@@ -25,6 +25,7 @@ from ..redact import register_secret
 from ..wire.disconnect import is_recoverable
 from .csr import RecoveringAsyncClient
 from .frame_guard import ProtocolErrorSink, guarded_websocket
+from .observe import WireObserver, notify
 from .tls import connector, tls_error, unreachable_error
 
 log = sdk_logger(__name__)
@@ -77,12 +78,15 @@ class ControlChannel:
         counters: WireCounters | None = None,
         ssl_context: ssl.SSLContext | None = None,
         now: Callable[[], float],
+        observer: WireObserver | None = None,
+        link: int = 0,
     ) -> None:
         """``on_protocol_error(event, detail, name_only)``: a frame the socket refused (see
         :data:`~avatar_sdk.transport.csr.ProtocolErrorSink`). ``max_message_size``: bytes;
         a bigger message is refused by the websocket and ends the transport. ``now``: the
         session clock's monotonic reader (its socket watchdog compares ``last_activity``
-        with it)."""
+        with it). ``observer``: told every event in and out, every open, refusal and close
+        (:mod:`.observe`), as link number ``link``."""
         register_secret(token)
         #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
         self._now = now
@@ -110,6 +114,8 @@ class ControlChannel:
         #: its channels so its totals span reconnects without being counted twice.
         self.counters: WireCounters = counters if counters is not None else _ChannelCounters()
         self.last_activity = self._now()
+        self._observer = observer
+        self._link = link
 
     def __repr__(self) -> str:
         return f"<ControlChannel {self._base_url} sid={self.sid!r} connected={self.connected}>"
@@ -187,24 +193,32 @@ class ControlChannel:
                 )
         except TimeoutError:
             await self._drop_quietly()
-            raise AvatarError(ErrorCode.CONNECT_TIMEOUT, "socket open timed out") from None
+            timed_out = AvatarError(ErrorCode.CONNECT_TIMEOUT, "socket open timed out")
+            raise self._failed(timed_out) from None
         except socketio.exceptions.ConnectionError as exc:
             await self._drop_quietly()
             if client.refusal is not None:
-                raise AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(client.refusal)) from None
+                refused = AvatarError(ErrorCode.AUTH_FAILED, _safe_reason(client.refusal))
+                raise self._failed(refused) from None
             # engineio wraps the aiohttp error it met: the cause hangs on __context__.
-            raise self._classify(exc) from None
+            raise self._failed(self._classify(exc)) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             await self._drop_quietly()
-            raise self._classify(exc) from None
+            raise self._failed(self._classify(exc)) from None
         self.connect_count += 1
         self.last_activity = self._now()
+        sid, recovered = self.sid or "", bool(client.recovered)
+        notify(self._observer, lambda o: o.socket_opened(self._link, sid, recovered))
         return ConnectOutcome(
             sid=self.sid or "",
             recovered=bool(client.recovered),
             replayed=client.replayed,
             duration=self._now() - started,
         )
+
+    def _failed(self, error: AvatarError) -> AvatarError:
+        notify(self._observer, lambda o: o.socket_failed(self._link, str(error.code)))
+        return error
 
     def _classify(self, exc: BaseException) -> AvatarError:
         """Why the socket did not open: TLS, an unreachable host, or a lost connection."""
@@ -225,6 +239,8 @@ class ControlChannel:
         if client is None or not client.connected:
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"cannot send {event}: not connected")
         async with self._emit_lock:
+            if self._observer is not None:  # before the write: it precedes its answer
+                notify(self._observer, lambda o: o.event_out(self._link, event, payload))
             try:
                 await client.emit(event, payload)
             except (socketio.exceptions.SocketIOError, OSError) as exc:
@@ -243,6 +259,8 @@ class ControlChannel:
             return
         self._closed = True
         client = self._client
+        if client is not None and client.connected:
+            notify(self._observer, lambda o: o.socket_closed(self._link, "io client disconnect"))
         if client is not None:
             try:
                 async with asyncio.timeout(timeout + 0.1):
@@ -258,6 +276,8 @@ class ControlChannel:
     async def _handle_event(self, event: str, *args: Any) -> None:
         self.counters.events_in += 1
         self.last_activity = self._now()
+        if self._observer is not None:
+            notify(self._observer, lambda o: o.event_in(self._link, event, list(args)))
         self._on_event(event, list(args))
 
     def _frame_refused(self, event: str, detail: str) -> None:
@@ -275,6 +295,7 @@ class ControlChannel:
         reason = (client.disconnect_reason if client is not None else None) or "transport close"
         if self._closed:
             return
+        notify(self._observer, lambda o: o.socket_closed(self._link, reason))
         self._on_disconnect(self, reason)
 
 

@@ -5,6 +5,7 @@ it returns an outcome the caller turns into an event."""
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from dataclasses import dataclass
 from typing import Any, Final
@@ -14,6 +15,7 @@ import aiohttp
 
 from ..logs import sdk_logger
 from ..redact import register_secret
+from .observe import HttpExchange, WireObserver, notify
 from .tls import connector, tls_failure
 
 log = sdk_logger(__name__)
@@ -92,9 +94,12 @@ class GenieClient:
         *,
         http: aiohttp.ClientSession | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        observer: WireObserver | None = None,
     ) -> None:
         """``ssl_context``: how https is verified (None: the system CAs); it also applies to
-        the sessions this client makes for itself later (a detached copy included)."""
+        the sessions this client makes for itself later (a detached copy included).
+        ``observer``: told each exchange (:mod:`.observe`; the Authorization header never)."""
+        self.observer = observer
         register_secret(token)
         self.base_url = base_url.rstrip("/")
         self.__token = token
@@ -118,22 +123,34 @@ class GenieClient:
     async def post_json(self, path: str, body: Any, timeout: float) -> GenieOutcome:
         """POST ``body`` to ``path``; bounded by ``timeout`` seconds; never raises."""
         url = self.base_url + path
+        outcome = await self._post(url, path, body, timeout)
+        if self.observer is not None:
+            exchange = HttpExchange(
+                "genie", "POST", url, outcome[0].status, _json_text(body), outcome[1],
+                outcome[0].reason,
+            )  # fmt: skip
+            notify(self.observer, lambda o: o.http_exchange(exchange))
+        return outcome[0]
+
+    async def _post(
+        self, url: str, path: str, body: Any, timeout: float
+    ) -> tuple[GenieOutcome, str | None]:
         try:
             async with asyncio.timeout(timeout):
                 async with self._session().post(url, json=body, headers=self.headers) as resp:
-                    await resp.read()
+                    answer = (await resp.read()).decode("utf-8", "replace")
                     if 200 <= resp.status < 300:
-                        return GenieOutcome(True, "ok", resp.status)
-                    return GenieOutcome(False, "http_error", resp.status)
+                        return GenieOutcome(True, "ok", resp.status), answer
+                    return GenieOutcome(False, "http_error", resp.status), answer
         except TimeoutError:
-            return GenieOutcome(False, "timeout")
+            return GenieOutcome(False, "timeout"), None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             reason = tls_failure(exc)
             if reason is not None:
                 log.warning("genie POST %s: TLS failed (%s)", path, reason)
-                return GenieOutcome(False, "tls_failed")
+                return GenieOutcome(False, "tls_failed"), None
             log.info("genie POST %s failed: %s", path, type(exc).__name__)
-            return GenieOutcome(False, "network_error")
+            return GenieOutcome(False, "network_error"), None
 
     async def session_completed(self, thread_id: str, timeout: float) -> GenieOutcome:
         """Tell the backend the conversation on ``thread_id`` genuinely ended."""
@@ -155,3 +172,10 @@ class GenieClient:
         if self._own_http and self._http is not None and not self._http.closed:
             await self._http.close()
         self._http = None
+
+
+def _json_text(body: Any) -> str | None:
+    try:
+        return json.dumps(body, default=str)
+    except (TypeError, ValueError):
+        return None

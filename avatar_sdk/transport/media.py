@@ -35,6 +35,7 @@ from .asr import AsrUplink, UplinkTrack
 from .cadence import ReportCadence
 from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
+from .observe import WireObserver, notify
 from .stv import FanoutTrack, StvDownlink, whep_http_session
 
 log = sdk_logger(__name__)
@@ -69,8 +70,11 @@ class MediaLanes:
         ssl_context: ssl.SSLContext | None = None,
         host_guard: HostGuard | None = None,
         audio_codec: AudioCodec = "thread",
+        observer: WireObserver | None = None,
     ) -> None:
-        """``ssl_context``: how WHEP over https verifies the server (None: system CAs).
+        """``observer``: told each peer's state changes and each WHEP exchange
+        (:mod:`.observe`). ``ssl_context``: how WHEP over https verifies the server (None:
+        system CAs).
         ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
         (default: one on the system resolver; injectable for tests). ``audio_codec``:
         ``"loop"`` encodes and decodes audio on the event loop (see ``AvatarSession``).
@@ -78,6 +82,7 @@ class MediaLanes:
         a receiver report) is on its time line, because the media watchdog compares them
         with its own readings of that clock (:meth:`down_channels`)."""
         self._config = config
+        self._observer = observer
         self._clock = clock
         self._uplink_track = uplink_track
         self._outputs = outputs
@@ -115,7 +120,7 @@ class MediaLanes:
         await emit(Out.ASR_WEBRTC_INIT, build_asr_init(socket_id))
         await wait(In.ASR_WEBRTC_READY)
         self.asr = self._new_uplink()
-        self._watch(self.asr.pc)
+        self._watch(self.asr.pc, "asr")
         sdp = await self.asr.create_offer()
         await emit(Out.ASR_WEBRTC_OFFER, build_asr_offer(sdp, is_reconnect=False))
         answer = await wait(In.ASR_WEBRTC_ANSWER)
@@ -176,13 +181,16 @@ class MediaLanes:
             clock=self._clock,
             guard=self._guard,
             decode_audio_on_loop=self._on_loop,
+            observer=self._observer,
         )
-        self._watch(link.pc)
+        self._watch(link.pc, "stv")
         return link
 
-    def _watch(self, pc: RTCPeerConnection) -> None:
+    def _watch(self, pc: RTCPeerConnection, lane: str) -> None:
         def on_state() -> None:
-            if pc.connectionState in ("failed", "closed"):
+            state = str(pc.connectionState)
+            notify(self._observer, lambda o: o.media_state(lane, state))
+            if state in ("failed", "closed"):
                 self.peer_down.set()
 
         pc.on("connectionstatechange", on_state)
@@ -362,7 +370,7 @@ class MediaLanes:
         self._asr_report_key = None
         self._check_open()
         asr = self._new_uplink()
-        self._watch(asr.pc)
+        self._watch(asr.pc, "asr")
         self.asr = asr
         sdp = await asr.create_offer()
         if "a=candidate:" not in sdp:

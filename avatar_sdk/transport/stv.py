@@ -25,6 +25,7 @@ from ..logs import sdk_logger
 from . import loop_decode
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
+from .observe import HttpExchange, WireObserver, notify
 from .tls import connector, tls_error
 
 log = sdk_logger(__name__)
@@ -115,14 +116,17 @@ class StvDownlink:
         clock: Clock,
         guard: HostGuard | None = None,
         decode_audio_on_loop: bool = False,
+        observer: WireObserver | None = None,
     ) -> None:
-        """``guard``: the :class:`HostGuard` whose resolver ``http`` connects through (see
+        """``observer``: told each WHEP exchange (:mod:`.observe`).
+        ``guard``: the :class:`HostGuard` whose resolver ``http`` connects through (see
         :func:`whep_http_session`); without one, hosts are still resolved and checked
         before each request, but the connection is not pinned to what was checked.
         ``decode_audio_on_loop``: decode the voice on the event loop, not in aiortc's
         decoder thread (:mod:`.loop_decode`); video always keeps its thread. ``clock``: the
         session's; frame and subscription stamps are compared with its watchdog's times."""
         self._http = http
+        self._observer = observer
         self._clock = clock
         self._allow_private = allow_private
         self._guard = None if allow_private else guard or HostGuard()
@@ -179,11 +183,14 @@ class StvDownlink:
                     status = resp.status
                     location = resp.headers.get("Location")
         except TimeoutError:
+            self._exchange("POST", url, None, sent=sdp, outcome="timeout")
             raise AvatarError(
                 ErrorCode.CONNECT_TIMEOUT, f"WHEP POST unanswered in {timeout:.3g}s"
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
+            self._exchange("POST", url, None, sent=sdp, outcome="network_error")
             raise _request_error(exc, "WHEP POST") from None
+        self._exchange("POST", url, status, sent=sdp, answer=body)
         if status in _REDIRECTS:
             # The host only, cut short: the rest of a hostile Location is not worth echoing.
             target = (host_of(urljoin(url, location)) if location else "") or "nowhere"
@@ -205,6 +212,20 @@ class StvDownlink:
             self.location = resolved
         await apply_answer(self.pc, body, ErrorCode.MEDIA_FAILED, "WHEP answer")
         self.subscribed_at = self._clock.monotonic()
+
+    def _exchange(
+        self,
+        method: str,
+        url: str,
+        status: int | None,
+        *,
+        sent: str | None = None,
+        answer: str | None = None,
+        outcome: str = "ok",
+    ) -> None:
+        if self._observer is not None:
+            exchange = HttpExchange("whep", method, url, status, sent, answer, outcome)
+            notify(self._observer, lambda o: o.http_exchange(exchange))
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         task = asyncio.ensure_future(self._pump(track))
@@ -244,9 +265,11 @@ class StvDownlink:
             try:
                 async with asyncio.timeout(timeout):
                     async with self._http.delete(self.location, allow_redirects=False) as resp:
+                        self._exchange("DELETE", self.location, resp.status)
                         if resp.status >= 300:
                             log.info("WHEP DELETE answered %s", resp.status)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                self._exchange("DELETE", self.location, None, outcome=type(exc).__name__)
                 log.info("WHEP DELETE failed: %s", type(exc).__name__)
         await close_peer(self.pc, timeout)
         for task in list(self._pumps):

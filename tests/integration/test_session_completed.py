@@ -242,3 +242,28 @@ async def test_respond_to_tool_acknowledges_a_waiting_call(
     assert failed["ok"] is False and failed["reason"] == "http_error"
     retried = await session.respond_to_tool("call-78", {"ok": 1})  # still pending: retry works
     assert retried["ok"] is True
+
+
+async def test_respond_to_tool_after_close_sends_nothing_and_leaks_nothing(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    """A tool acknowledged after close() is refused (``closed``): no POST, and no HTTP
+    session reopened that nobody would close (it used to be, an unclosed aiohttp session)."""
+    session = await _greeted(make_session, staging, config=FAST.with_(tool_spiral_limit=0))
+    conv = staging.conversations[staging.live_sids[0]]
+    delta = json.dumps(
+        {
+            "type": "tool",
+            "content": 'collect_contact {"field": "email"}',
+            "tool_metadata": {"id": "call-90", "wait_for_response": True},
+        }
+    )
+    waiter = session.expect("tool_call", timeout=2)
+    await conv.emit(In.AGENT_RAW_TEXT, {"speechId": "s9", "turnId": "t9", "delta": delta})
+    await waiter
+    await session.close()
+    outcome = await session.respond_to_tool("call-90", {"email": "a@example.com"})
+    assert outcome == {"ok": False, "reason": "closed"}
+    assert staging.tool_responses == []
+    genie = session._genie
+    assert genie is not None and genie._http is None  # nothing reopened

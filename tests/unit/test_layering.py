@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     ),
     "media": 1,
     "transport": 2,
-    **dict.fromkeys(["events", "guards", "lifecycle"], 3),
+    **dict.fromkeys(["events", "guards", "lifecycle", "cassette"], 3),
     "session": 4,
     **dict.fromkeys(["chat", "scripted", "integrations", "telemetry", "testing"], 5),
     # the fleet runner drives the staging backend's fault API (ScenarioContext.fault)
