@@ -534,7 +534,7 @@ class AvatarSession(EventSource):
         (``docs/events.md``, Replies): the greeting or a late answer to an earlier turn is
         never taken for it, and after a recovery that resent the turn, the resent turn's
         reply is the reply (``Reply.resent``). Returns once the reply's agent turn ended
-        (with media, also once its voice was heard, or a second later).
+        (with media, also once its voice was heard, or a second after it was said).
 
         :param timeout: seconds for the whole call, waiting included (session clock):
             ``TimeoutError`` when it passes (the turn, if sent, stays sent).

@@ -44,9 +44,12 @@ __all__ = [
 #: saying it (``agent_talking``) before the floor counts as free anyway (a backend that
 #: reports no talking, a media-less session), seconds.
 TALK_START_GRACE: Final = 1.0
-#: After the reply's turn ended, how long ``ask()`` still waits for its first audible
+#: After the avatar finished saying the reply, how long ``ask()`` still waits for its first audible
 #: frame (the media path lags the control channel by a jitter buffer or so), seconds.
 AUDIO_GRACE: Final = 1.0
+#: With media, how long a reply waits for its voice or for the avatar to finish saying it,
+#: before the :data:`AUDIO_GRACE` (seconds): a bound for a backend that never says so.
+PLAYOUT_CAP: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from ..clock import Clock, Timer, sleep_or
 from ..errors import AvatarError, ErrorCode
 from ..guards.brain import SPIRAL_RECOVERY_PREFIX
 from ..logs import sdk_logger
-from .replies import AUDIO_GRACE, TALK_START_GRACE, Floor, Onset, Reply, ReplyMatch
+from .replies import AUDIO_GRACE, PLAYOUT_CAP, TALK_START_GRACE, Floor, Onset, Reply, ReplyMatch
 
 if TYPE_CHECKING:
     from ..events.bus import Event
@@ -72,6 +72,7 @@ class SpeechHandle:
         self._changed = asyncio.Event()
         self._error: AvatarError | None = None
         self._onset: Onset | None = None
+        self._linger: Timer | None = None
         self._settle: Timer | None = None
         self._audio_wanted = False
         self.waited = 0.0
@@ -125,7 +126,8 @@ class SpeechHandle:
 
     async def reply(self, *, timeout: float | None = 30.0) -> Reply:
         """The reply to this turn once its agent turn ended (with media, also its first
-        audible frame, or :data:`~avatar_sdk.session.replies.AUDIO_GRACE` after the end).
+        audible frame, or :data:`~avatar_sdk.session.replies.AUDIO_GRACE` after the avatar
+        finished saying it).
 
         ``timeout`` (seconds, session clock; None: no limit) counts from this call:
         ``TimeoutError`` when it passes. ``AvatarError`` when the session ends or fails
@@ -133,10 +135,21 @@ class SpeechHandle:
         deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
         await self._until(lambda: self._match.ended or self._match.played, deadline)
         if self._audio_wanted and self._match.spoke and self._match.audio_at is None:
-            grace = self._clock.monotonic() + AUDIO_GRACE
-            limit = grace if deadline is None else min(grace, deadline)
+            # Its voice lags the control channel (more so on a loaded machine): it is heard
+            # while the avatar says the reply, or soon after; AUDIO_GRACE past the end of
+            # the saying (at most PLAYOUT_CAP for a backend that never says it ended).
+            match, clock = self._match, self._clock
             with contextlib.suppress(TimeoutError):  # complete; its voice was not heard
-                await self._until(lambda: self._match.audio_at is not None, limit)
+                cap = clock.monotonic() + PLAYOUT_CAP
+                await self._until(
+                    lambda: match.audio_at is not None or match.played,
+                    cap if deadline is None else min(cap, deadline),
+                )
+                grace = clock.monotonic() + AUDIO_GRACE
+                await self._until(
+                    lambda: match.audio_at is not None,
+                    grace if deadline is None else min(grace, deadline),
+                )
         return self._match.snapshot(waited=self.waited)
 
     async def wait_for_playout(self, *, timeout: float | None = 60.0) -> Reply:
@@ -184,7 +197,9 @@ class SpeechHandle:
             elif match.talking_at is None:
                 self._settle = self._clock.call_later(TALK_START_GRACE, self._no_talking)
         if match.played and not was_played:
-            self._disarm()
+            # Its voice may still be on its way (the media path lags the control channel):
+            # the onset stays armed AUDIO_GRACE longer.
+            self._linger = self._clock.call_later(AUDIO_GRACE, self._disarm)
         self._changed.set()
 
     def _no_talking(self) -> None:
@@ -207,6 +222,9 @@ class SpeechHandle:
 
     def _disarm(self) -> None:
         self._onset = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if self._settle is not None:
             self._settle.cancel()
             self._settle = None
@@ -350,7 +368,7 @@ class Replies:
         speech_id = event.data.get("speech_id")
         for handle in list(self._live):
             handle._feed(event)
-            if handle.done():
+            if handle.done() and handle._onset is None:  # not still listening for its voice
                 self._live.remove(handle)
         if isinstance(speech_id, str) and speech_id not in self._seen:
             self._seen[speech_id] = None

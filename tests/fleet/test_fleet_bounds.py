@@ -31,7 +31,7 @@ async def test_back_to_back_turns_measure_their_own_voice(staging: StagingServer
     assert [t["turn"] for t in turns] == [0, 1, 2]
     for turn in turns:
         assert turn["ok"] is True
-        assert turn["audio_s"] is not None, turn
+        assert turn["audio_s"] is not None, repr(turn)
         assert turn["audio_s"] >= turn["text_s"], turn
 
 
