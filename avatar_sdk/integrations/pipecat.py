@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from pipecat.services.ai_service import AIService
 from pipecat.services.settings import ServiceSettings
 
 from ..errors import AvatarError, ErrorCode
+from ..events.stream import Event
 from ..logs import sdk_logger
 from ..scripted.session import SayHandle, ScriptedAvatarSession, ScriptedConfig
 
@@ -129,6 +131,7 @@ class ScriptedAvatarVideoService(AIService):
         #: After an interruption, TTS audio is dropped until the next TTSStartedFrame.
         self._discarding = False
         self._ttfb_pending = False
+        self._sending = False
         self._ttfb_token = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._measures: set[asyncio.Task[None]] = set()
@@ -169,10 +172,36 @@ class ScriptedAvatarVideoService(AIService):
                 force_treat_as_permanent=True,
             )
             return
-        self._tasks.append(self.create_task(self._send_loop(), "avatar-say"))
-        self._tasks.append(self.create_task(self._pump_voice(), "avatar-voice"))
+        self._session.on("ended", self._on_session_ended)
+        jobs = [("avatar-say", self._send_loop()), ("avatar-voice", self._pump_voice())]
         if self._video:
-            self._tasks.append(self.create_task(self._pump_video(), "avatar-video"))
+            jobs.append(("avatar-video", self._pump_video()))
+        for name, job in jobs:
+            self._tasks.append(self.create_task(self._guarded(name, job), name))
+
+    async def _guarded(self, name: str, job: Coroutine[Any, Any, None]) -> None:
+        """Run one of the service's loops; a failure is logged and reported upstream."""
+        try:
+            await job
+        except Exception as exc:
+            log.error("avatar service task %s failed: %s", name, type(exc).__name__)
+            await self.push_error(error_msg=f"avatar service task {name} failed", exception=exc)
+
+    async def _on_session_ended(self, event: Event) -> None:
+        """The session ended by itself (reclaimed, expired, gave up): the service is done."""
+        if self._closed:
+            return
+        code = str(event.data.get("code") or "ended")
+        try:
+            error_code = ErrorCode(code)
+        except ValueError:
+            error_code = ErrorCode.INTERNAL
+        self._drop_queued()
+        await self.push_error(
+            error_msg=f"the avatar session ended ({code})",
+            exception=AvatarError(error_code, f"the avatar session ended ({code})"),
+            force_treat_as_permanent=True,
+        )
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)
@@ -218,7 +247,7 @@ class ScriptedAvatarVideoService(AIService):
 
     async def _start_utterance(self) -> None:
         await self._close_open()
-        idle = self._current is None or self._current.done
+        idle = not self._sending and (self._current is None or self._current.done)
         if idle and not self._queue and not self._ttfb_pending:
             self._ttfb_pending = True
             self._ttfb_token += 1
@@ -289,6 +318,7 @@ class ScriptedAvatarVideoService(AIService):
                 continue
             generation = self._generation
             samples = chunk.mono()
+            self._sending = True
             try:
                 handle = await self._session.say(
                     samples, duration=len(samples) / chunk.rate, sample_rate=chunk.rate
@@ -298,6 +328,8 @@ class ScriptedAvatarVideoService(AIService):
                 if self._session.state == "ended":
                     return
                 continue
+            finally:
+                self._sending = False
             self._current = handle
             self.says.append(handle)
             if chunk.measured:
@@ -348,7 +380,13 @@ class ScriptedAvatarVideoService(AIService):
             async for frame in frames:
                 if not isinstance(frame, av.AudioFrame):
                     continue
-                for out in resampler.resample(frame):
+                try:
+                    converted = resampler.resample(frame)
+                except ValueError:
+                    # The downlink's format changed (a re-subscribe): a resampler for it.
+                    resampler = av.AudioResampler(format="s16", layout="mono", rate=self._out_rate)
+                    converted = resampler.resample(frame)
+                for out in converted:
                     pcm = out.to_ndarray().tobytes()
                     if pcm:
                         await self.push_frame(

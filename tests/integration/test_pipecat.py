@@ -287,6 +287,33 @@ async def test_a_refused_session_is_a_pipeline_error_and_nothing_leaks(
     assert staging.admin_token not in repr(errors)
 
 
+async def test_a_reclaimed_session_is_a_pipeline_error(
+    staging: StagingServer, leak_check: LeakCheck
+) -> None:
+    avatar = service(staging)
+    errors: list[Any] = []
+    worker = PipelineWorker(
+        Pipeline([avatar, Sink()]),
+        enable_rtvi=False,
+        idle_timeout_secs=None,
+        processor_unusable_policy=ProcessorUnusablePolicy.CANCEL,
+    )
+
+    @worker.event_handler("on_pipeline_error")
+    async def on_error(_worker: Any, frame: Any) -> None:
+        errors.append(frame)
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    await wait_for(lambda: avatar.session.state == "live", 15)
+    await staging.faults.reclaim_session(avatar.session.session_id)
+    # The pipeline is cancelled by the policy, without an EndFrame from us.
+    await asyncio.wait_for(running, 15)
+    assert errors and not avatar.is_usable
+    assert errors[0].exception.code is ErrorCode.SESSION_GONE
+
+
 async def test_bad_arguments_are_refused_at_construction() -> None:
     with pytest.raises(AvatarError) as caught:
         ScriptedAvatarVideoService(
