@@ -287,6 +287,30 @@ async def test_a_refused_session_is_a_pipeline_error_and_nothing_leaks(
     assert staging.admin_token not in repr(errors)
 
 
+async def test_a_refused_say_is_an_error_frame_and_the_next_utterance_is_spoken(
+    staging: StagingServer, leak_check: LeakCheck
+) -> None:
+    avatar = service(staging)
+    async with Pipe(avatar) as pipe:
+        errors: list[Any] = []
+
+        @pipe.worker.event_handler("on_pipeline_error")
+        async def on_error(_worker: Any, frame: Any) -> None:
+            errors.append(frame)
+
+        staging.faults.say_refused(status=503, times=1)
+        await pipe.worker.queue_frames(tts_frames(440.0, 0.4) + tts_frames(660.0, 0.4))
+        await wait_for(lambda: len(avatar.says) == 1 and avatar.says[0].done, 10)
+        result = await avatar.says[0]
+        session_id = avatar.session.session_id or ""
+    assert len(errors) == 1 and errors[0].exception.code is ErrorCode.SERVER_ERROR
+    assert avatar.is_usable
+    assert result.reason == "played"
+    heard = pipe.sink.voiced(await avatar.says[0].started or 0.0, result.at)
+    assert abs(dominant_frequency(heard, OUT_RATE) - 660.0) < 20
+    assert len(staging.scripted.sessions[session_id].played) == 1
+
+
 async def test_a_reclaimed_session_is_a_pipeline_error(
     staging: StagingServer, leak_check: LeakCheck
 ) -> None:
