@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet, telemetry, scripted
+fleet, telemetry, scripted, pipecat
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -29,6 +29,7 @@ from . import (
     markdown,
     media,
     pacing,
+    pipecat,
     recovery,
     resilience,
     scripted,
@@ -54,6 +55,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "fleet": (fleet.TITLE, fleet.run),
     "telemetry": (telemetry.TITLE, telemetry.run),
     "scripted": (scripted.TITLE, scripted.run),
+    "pipecat": (pipecat.TITLE, pipecat.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
@@ -62,6 +64,7 @@ DEFAULT = (
     "fleet",
     "telemetry",
     "scripted",
+    "pipecat",
 )  # fmt: skip
 
 

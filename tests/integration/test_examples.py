@@ -35,7 +35,7 @@ def test_every_example_is_covered_here() -> None:
     covered = {
         "qa_bot.py", "tool_handler.py", "record_avatar.py", "voice_captions.py",
         "test_qa_bot.py", "fault_tour.py", "microphone.py", "fleet_scenario.py",
-        "scripted_avatar.py",
+        "scripted_avatar.py", "pipecat_avatar.py",
     }  # fmt: skip
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
     readme = (EXAMPLES / "README.md").read_text()
@@ -80,6 +80,19 @@ def test_scripted_avatar() -> None:
     ]  # fmt: skip
     assert all("(played)" in line and "not heard" not in line for line in lines[:3])
     assert lines[3] == "long utterance: interrupted, interrupted=True"
+
+
+def test_pipecat_avatar() -> None:
+    lines = run("examples/pipecat_avatar.py").splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "sentence 1", "sentence 2", "sentence 3", "barge-in",
+        "TTFB (first TTS frame -> avatar voice)", "at the output",
+    ]  # fmt: skip
+    assert all("finished (played)" in line and "unheard" not in line for line in lines[:3])
+    assert lines[3] == "barge-in: the long sentence finished (interrupted); says after it: 0"
+    assert len(lines[4].split(": ", 1)[1].split(", ")) == 2  # one TTFB per reply
+    video, voice, raw = (int(part.split()[0]) for part in lines[5].split(": ", 1)[1].split(", "))
+    assert video > 10 and voice > 50 and raw == 0
 
 
 def test_record_avatar(tmp_path: Path) -> None:
