@@ -7,9 +7,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+
+# A suite started with SIGINT ignored (a background job of a non-interactive shell, some CI
+# runners) hands that to every child process, and the tests that stop a CLI child with
+# Ctrl-C (`staging serve`, `talk`) then wait forever: a caught signal is reset to its
+# default across exec, an ignored one stays ignored. Seen on fresh clones run as
+# `(make test &)`; `bash -c 'trap "" INT; pytest ...'` reproduces it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Strict state machine: firing an undeclared transition raises instead of logging (a bug).
 os.environ.setdefault("AVATAR_SDK_STRICT_MACHINE", "1")
