@@ -273,7 +273,7 @@ class SayLedger:
         *,
         onset_margin: float = 2.0,
         end_slack: float = 0.3,
-        end_margin: float = 0.5,
+        end_margin: float = 1.0,
     ) -> None:
         self.onset_margin = onset_margin
         self.end_slack = end_slack
