@@ -53,11 +53,12 @@ demo: $(STAMP)
 # pytest-xdist workers: twice the CPUs this process may use (capped at 16). Most tests wait on
 # sockets and timers rather than compute, so more workers than cores shortens the run (2 cores:
 # 4 workers); `-n auto` (one per core) would leave them idle while they wait. Override with
-# `make test TEST_WORKERS=N`.
+# `make test TEST_WORKERS=N`. `--dist loadgroup` keeps the tests marked `xdist_group` on one
+# worker each (the Ray tests: two Ray instances starting at once starve a 2-core machine).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
 
 test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium
-	$(PY) -m pytest -q -m 'not slow' -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -m 'not slow' -n $(TEST_WORKERS) --dist loadgroup
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
 # .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
@@ -68,7 +69,7 @@ MATRIX ?= 3.12 3.13
 test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow'"; \
-	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n $(TEST_WORKERS); \
+	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n $(TEST_WORKERS) --dist loadgroup; \
 	done
 
 .venv-%/.installed: pyproject.toml

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,8 @@ class AsrPeer:
     """
 
     MAX_EARLY_CANDIDATES = 64
+    #: Decoded frames whose RMS :meth:`levels_since` keeps (30 s of 20 ms frames).
+    LEVEL_HISTORY = 1500
 
     def __init__(self, media: StagingMedia, sid: str) -> None:
         self._media = media
@@ -95,6 +98,7 @@ class AsrPeer:
         self.frames = 0
         self._rms_sum = 0.0
         self.last_rms = 0.0
+        self._levels: deque[float] = deque(maxlen=self.LEVEL_HISTORY)
         self.first_frame_at: float | None = None
         self.last_frame_at: float | None = None
         self.peer_created_at: float | None = None
@@ -115,6 +119,14 @@ class AsrPeer:
     @property
     def is_open(self) -> bool:
         return self.pc is not None and self.pc.connectionState != "closed"
+
+    def levels_since(self, frame: int) -> list[float]:
+        """The RMS of every frame decoded after the first ``frame`` ones (a count from
+        :attr:`AsrStats.frames`), oldest first, as far back as :attr:`LEVEL_HISTORY` goes.
+        A short sound is found here even when the server decoded it in one burst between
+        two looks at ``last_rms``."""
+        recent = max(0, min(self.frames - frame, len(self._levels)))
+        return list(self._levels)[len(self._levels) - recent :]
 
     def stats(self) -> AsrStats:
         pc = self.pc
@@ -310,6 +322,7 @@ class AsrPeer:
                 self.frames += 1
                 self._rms_sum += rms
                 self.last_rms = rms
+                self._levels.append(rms)
                 if self.first_frame_at is None:
                     self.first_frame_at = now
                 if pc is self.pc and self.peer_first_frame_at is None:

@@ -221,6 +221,12 @@ class StagingMedia:
             return ended
         return AsrStats(frames=0, energy=0.0, last_frame_at=None, peer_state="none")
 
+    def asr_levels_since(self, sid: str, frame: int) -> list[float]:
+        """The RMS of each uplink frame of ``sid`` decoded after the first ``frame`` ones
+        (``asr_stats(sid).frames`` taken earlier), oldest first; empty without a live peer."""
+        peer = self.asr_peers.get(sid)
+        return peer.levels_since(frame) if peer is not None else []
+
     def live_viewers(self, stream: str | None = None) -> int:
         """Connected WHEP viewers (of ``stream``, or of every stream)."""
         return sum(1 for v in self.viewers.values() if v.connected and stream in (None, v.stream))

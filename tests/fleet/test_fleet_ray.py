@@ -24,6 +24,13 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed on this 
 
 from avatar_sdk.fleet.engines.ray import RayEngine  # noqa: E402 - only once ray imports
 
+#: Every Ray test runs on one pytest-xdist worker (``--dist loadgroup`` in the Makefile), so
+#: two Ray instances never start at once on a 2-core machine, and gets 240 s instead of the
+#: suite's 60: a Ray instance's processes and its actors (each a Python process importing
+#: the SDK) start in about 8 s idle, and took over 60 s on a fresh-clone run at load 14.
+#: These are bounds against a hang, not speed figures.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(240)]
+
 #: By file path, as a user on one machine would: the actors import it from there.
 SCENARIOS = str(Path(__file__).with_name("scenarios.py"))
 

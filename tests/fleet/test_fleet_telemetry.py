@@ -112,6 +112,8 @@ async def test_local_worker_processes_join_the_run_trace(
     await _assert_one_trace_across_processes(receiver, exporter, workers=2)
 
 
+@pytest.mark.xdist_group("ray")  # with the other Ray tests: see test_fleet_ray.py
+@pytest.mark.timeout(240)
 async def test_ray_actors_join_the_run_trace(
     staging: StagingServer, driver: Any, receiver: Receiver
 ) -> None:

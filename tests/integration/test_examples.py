@@ -56,7 +56,10 @@ def test_fleet_script_runs_with_the_cli() -> None:
     )  # fmt: skip
     # The summary's columns are as wide as its longest label (a per-turn-index row).
     assert re.search(r"^sessions ok / failed +2 / 0$", out, re.MULTILINE), out
-    assert re.search(r"^recovery: socket +2 ", out, re.MULTILINE), out
+    # Session 0 fires the drop and expects its recovery; session 1, which expects nothing,
+    # may already have finished its last turn and closed when the drop lands (0.1 s behind
+    # session 0, it ends about when session 0 fires: a fresh-clone run saw "socket 1").
+    assert re.search(r"^recovery: socket +[12] ", out, re.MULTILINE), out
 
 
 def test_qa_bot() -> None:

@@ -178,15 +178,18 @@ def _session(staging: StagingServer, audio: MediaStreamTrack | None) -> AvatarSe
 async def _heard(
     staging: StagingServer, sid: str, level: tuple[float, float] | None, frames: int = 25
 ) -> None:
-    """Until ``frames`` more uplink frames decode at the server, the last one within
-    ``level`` (None: digital silence)."""
+    """Until ``frames`` more uplink frames decode at the server within ``level`` (None:
+    digital silence), the last one included for silence. Counted over every frame, not
+    sampled: a 0.6 s file may be decoded in one burst between two looks on a loaded
+    machine (a fresh-clone run saw only silence: ``((0.1, 0.3), 0.0, 389)``)."""
     start = staging.media.asr_stats(sid).frames
 
     def done() -> bool:
         stats = staging.media.asr_stats(sid)
-        rms = stats.last_rms
-        ok = rms == 0.0 if level is None else level[0] < rms < level[1]
-        return stats.frames - start >= frames and ok
+        if level is None:
+            return stats.frames - start >= frames and stats.last_rms == 0.0
+        heard = staging.media.asr_levels_since(sid, start)
+        return sum(1 for rms in heard if level[0] < rms < level[1]) >= frames
 
     stats = staging.media.asr_stats
     assert await until(done, 8), (level, stats(sid).last_rms, stats(sid).frames - start)
