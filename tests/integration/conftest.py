@@ -8,7 +8,10 @@ import pytest_asyncio
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.leaks import sdk_tasks  # noqa: F401 (re-exported: tests import it here)
+from avatar_sdk.testing.leaks import (
+    LeakCheck,
+    sdk_tasks,  # noqa: F401 (re-exported: tests import it here)
+)
 from avatar_sdk.transport.media import MediaLanes
 
 from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
@@ -32,6 +35,16 @@ FAST = SessionConfig(
 HANG_GUARD = 5.0
 
 SessionFactory = Callable[..., AvatarSession]
+
+
+@pytest_asyncio.fixture
+async def leak_check() -> AsyncIterator[LeakCheck]:
+    """A :class:`LeakCheck` taken before the test; after it, nothing it counts may be left
+    (tasks, sockets, peers, file descriptors) once 2 s have passed."""
+    check = LeakCheck()
+    yield check
+    leaks = await check.settle(2.0)
+    assert not leaks, leaks
 
 
 @pytest_asyncio.fixture

@@ -6,12 +6,11 @@ cutting the one playing and dropping the queued ones, the TTFB metric, nothing l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-import pytest_asyncio
 from pipecat.frames.frames import (
     EndFrame,
     Frame,
@@ -117,20 +116,6 @@ class Pipe:
         assert self.task is not None
         await self.worker.queue_frame(EndFrame())
         await asyncio.wait_for(self.task, 15)
-
-
-@pytest_asyncio.fixture
-async def staging() -> AsyncIterator[StagingServer]:
-    async with StagingServer() as server:
-        yield server
-
-
-@pytest_asyncio.fixture
-async def leak_check() -> AsyncIterator[LeakCheck]:
-    check = LeakCheck()
-    yield check
-    leaks = await check.settle(2.0)
-    assert not leaks, leaks
 
 
 def service(staging: StagingServer, **kwargs: Any) -> ScriptedAvatarVideoService:

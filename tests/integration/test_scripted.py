@@ -8,13 +8,11 @@ import asyncio
 import io
 import logging
 import wave
-from collections.abc import AsyncIterator
 from typing import Any
 
 import av
 import numpy as np
 import pytest
-import pytest_asyncio
 
 from avatar_sdk import AvatarError, ErrorCode, ScriptedAvatarSession, ScriptedConfig
 from avatar_sdk.scripted import pcm_tone
@@ -67,20 +65,6 @@ def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
         w.setframerate(rate)
         w.writeframes(pcm.tobytes())
     return out.getvalue()
-
-
-@pytest_asyncio.fixture
-async def staging() -> AsyncIterator[StagingServer]:
-    async with StagingServer() as server:
-        yield server
-
-
-@pytest_asyncio.fixture
-async def leak_check() -> AsyncIterator[LeakCheck]:
-    check = LeakCheck()
-    yield check
-    leaks = await check.settle(2.0)
-    assert not leaks, leaks
 
 
 def scripted(staging: StagingServer, **kwargs: Any) -> ScriptedAvatarSession:
@@ -175,9 +159,9 @@ async def test_interrupt_cuts_the_say_playing(
 async def test_keep_alive_keeps_the_session_past_the_idle_reclaim(
     staging: StagingServer, leak_check: LeakCheck
 ) -> None:
-    staging.scripted.idle_timeout = 2.0
     config = ScriptedConfig(keep_alive_interval=0.25, media_stall_timeout=1.0, close_timeout=1.0)
     async with scripted(staging, config=config) as session:
+        staging.scripted.idle_timeout = 2.0  # once started (see the test below)
         backend = staging.scripted.sessions[session.session_id or ""]
         # Past the idle timeout (12 x 0.25 s > 2 s), with only keep-alives: still there.
         assert await until(lambda: backend.keep_alives >= 12, timeout=20)
@@ -189,9 +173,11 @@ async def test_keep_alive_keeps_the_session_past_the_idle_reclaim(
 async def test_without_keep_alive_the_session_is_reclaimed(
     staging: StagingServer, leak_check: LeakCheck
 ) -> None:
-    staging.scripted.idle_timeout = 0.8
     config = ScriptedConfig(keep_alive_interval=60, media_stall_timeout=1.0, close_timeout=1.0)
     async with scripted(staging, config=config) as session:
+        # Shortened once started: a start slowed by load (its subscribe and first frame make
+        # no call) must not be reclaimed before it ends.
+        staging.scripted.idle_timeout = 0.8
         ended = session.expect("ended", timeout=10)
         event = await ended
         assert event.data["code"] == "session_gone"
