@@ -265,14 +265,14 @@ class AsrPeer:
             if path is self._path and not self.closed:
                 old = path.switch_to(new)
                 switched = True
-                await old.close()
+                await close_ice_connection(old, 2.0)  # every socket closed, even if cut short
         except ConnectionError as exc:
             log.info("ASR ICE restart for %s failed: %s", self.sid, exc)
         finally:
             if self._pending is new:
                 self._pending = None
             if not switched:
-                await new.close()
+                await close_ice_connection(new, 2.0)
 
     # -- trickle -----------------------------------------------------------------------------
     async def add_candidate(self, payload: Any) -> bool:

@@ -195,6 +195,24 @@ async def close_ice_connection(connection: Any, timeout: float) -> None:
     with best_effort("closing an ICE connection", log):
         async with asyncio.timeout(max(_MIN_STEP, deadline - loop.time())):
             await connection.close()
+    _drop_sockets(connection)
+
+
+def _drop_sockets(connection: Any) -> None:
+    """Close every socket ``connection`` still holds, without waiting: aioice's ``close()``
+    closes them one at a time and awaits each one's ``connection_lost``, so a close cut
+    short by its deadline (a loaded loop) left the later ones open. A transport's
+    ``close()`` is synchronous; the socket goes on the loop's next turn."""
+    for protocol in list(connection._protocols):
+        transport = getattr(protocol, "transport", None)
+        if transport is None:
+            continue
+        is_closing = getattr(transport, "is_closing", None)  # aioice's TURN transport has none
+        if is_closing is not None and is_closing():
+            continue
+        with best_effort("closing an ICE socket", log):
+            log.debug("closing an ICE socket its connection's close did not reach")
+            transport.close()  # a TURN transport's close is idempotent: it releases the relay
 
 
 async def close_peer(pc: RTCPeerConnection, timeout: float) -> None:

@@ -209,6 +209,28 @@ async def test_close_peer_stays_bounded_and_closes_the_sockets_when_close_hangs(
 
 
 @pytest.mark.usefixtures("two_host_addresses")
+async def test_close_peer_closes_every_socket_when_the_ice_close_is_cut_short() -> None:
+    """aioice closes its sockets one at a time, each waiting for the loop to report it
+    closed; a close cut short by the deadline (a loaded loop) left the later ones open
+    (one way to get the unclosed ``<socket ... proto=17>`` a fresh-clone run reported)."""
+    pc = RTCPeerConnection(rtc_configuration(None))
+    pc.addTransceiver("audio", direction="sendonly")
+    await set_local_description(pc, await pc.createOffer())
+    protocols = [p for c in ice_connections(pc) for p in c._protocols]
+    assert len(protocols) >= 2
+    sockets = [p.transport for p in protocols]
+
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    pc.close = hang  # so close_peer closes the ICE connections itself, against its deadline
+    protocols[0].close = hang  # the first socket's close never reports back
+    async with asyncio.timeout(HANG_GUARD):
+        await close_peer(pc, 0.3)
+    assert [t.is_closing() for t in sockets[1:]] == [True] * (len(sockets) - 1)
+
+
+@pytest.mark.usefixtures("two_host_addresses")
 async def test_a_session_closed_while_its_offer_gathers_leaves_no_socket(
     staging: StagingServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
