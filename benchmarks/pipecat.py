@@ -130,28 +130,16 @@ async def _run(utterances: int) -> FigureResult:
             await worker.queue_frame(EndFrame())
             await asyncio.wait_for(running, 15)
     acc = Summary.of(accepted).scaled(1000.0)
-    result.rows.append(
-        Row("utterance -> say accepted", acc.n, acc.median, "ms", acc.p90, acc.maximum)
-    )
+    result.rows.append(Row.of("utterance -> say accepted", acc, "ms"))
     if first:
         fst = Summary.of(first).scaled(1000.0)
         result.rows.append(
-            Row(
-                "utterance -> first voiced frame at the end",
-                fst.n,
-                fst.median,
-                "ms",
-                fst.p90,
-                fst.maximum,
-                FIRST_FRAME_TARGET,
-            )
+            Row.of("utterance -> first voiced frame at the end", fst, "ms", FIRST_FRAME_TARGET)
         )
         result.data["first_voiced_frame"] = fst.as_json("ms")
     if sink.ttfb:
         ttfb = Summary.of(sink.ttfb).scaled(1000.0)
-        result.rows.append(
-            Row("service TTFB metric", ttfb.n, ttfb.median, "ms", ttfb.p90, ttfb.maximum)
-        )
+        result.rows.append(Row.of("service TTFB metric", ttfb, "ms"))
         result.data["ttfb_metric"] = ttfb.as_json("ms")
     result.data.update({"utterances": utterances, "missed": missed, "accepted": acc.as_json("ms")})
     result.notes.append(

@@ -51,22 +51,10 @@ async def _run(says: int) -> FigureResult:
                 else:
                     onset.append(started - handle.called_at)
     acc = Summary.of(accepted).scaled(1000.0)
-    result.rows.append(
-        Row("say -> accepted (HTTP answer)", acc.n, acc.median, "ms", acc.p90, acc.maximum)
-    )
+    result.rows.append(Row.of("say -> accepted (HTTP answer)", acc, "ms"))
     if onset:
         first = Summary.of(onset).scaled(1000.0)
-        result.rows.append(
-            Row(
-                "say -> first voiced frame",
-                first.n,
-                first.median,
-                "ms",
-                first.p90,
-                first.maximum,
-                ONSET_TARGET,
-            )
-        )
+        result.rows.append(Row.of("say -> first voiced frame", first, "ms", ONSET_TARGET))
         result.data["first_voiced_frame"] = first.as_json("ms")
     result.data.update({"says": says, "missed": missed, "accepted": acc.as_json("ms")})
     result.notes.append(

@@ -113,6 +113,11 @@ class Row:
         """PASS/FAIL of the median against the target ('' without a target)."""
         return self.target.verdict(self.median) if self.target is not None else ""
 
+    @classmethod
+    def of(cls, label: str, summary: Summary, unit: str, target: Target | None = None) -> Row:
+        """The row of a summary: its count, median, p90 and maximum."""
+        return cls(label, summary.n, summary.median, unit, summary.p90, summary.maximum, target)
+
 
 @dataclass
 class FigureResult:
