@@ -286,7 +286,7 @@ class MediaLanes:
                 down["stv"] = f"stv peer {state}"
             else:
                 # A downlink that never delivered a frame counts from its subscription.
-                silent = age(stv.last_frame_at or stv.subscribed_at)
+                silent = age(stv.last_media_at or stv.subscribed_at)
                 if silent is not None and silent > stall_timeout:
                     down["stv"] = f"no media for {silent:.1f}s"
         return down
