@@ -491,6 +491,7 @@ class ScriptedAvatarSession(EventSource):
             outputs=self._outputs,
             clock=self._clock,
             guard=self._guard,
+            decode_audio_on_loop=True,  # the cheaper path (every frame is levelled here)
         )
         self._stv = link
         started = self._clock.monotonic()
