@@ -147,6 +147,18 @@ def cpu_rows(items: Sequence[ModeCpu], sessions: int) -> list[Row]:
         lag = item.lag_p99("sdk")
         if lag is not None:
             rows.append(Row(f"  SDK loop lag p99, {label}", sessions, lag, "ms"))
+    found = {item.mode.key: item.pct("sdk") for item in items}
+    unwatched, audio = found.get("av_unwatched"), found.get("audio_pcm")
+    if unwatched is not None and audio is not None:
+        rows.append(
+            Row(
+                "SDK audio+video nobody watching, minus audio-only PCM",
+                sessions,
+                unwatched - audio,
+                "points",
+                target=Target("<=", 0.5, "points"),
+            )
+        )
     return rows
 
 

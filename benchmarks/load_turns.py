@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -67,6 +68,12 @@ class TurnPlan:
     idle_timeout: float = 15.0
     #: Stop the ramp once a level took this long (s): the next one would blow the budget.
     level_budget: float = 90.0
+    #: Once a level's sessions are connected, ``gc.freeze()`` them (``gc.unfreeze()`` after
+    #: the level): CPython's full collections then skip the long-lived session graphs
+    #: (about 1,300 tracked objects a session), which at 1,000 sessions held the loop for
+    #: over a second at a time (issue 23). What a process holding many sessions should do
+    #: (``docs/fleet.md``); False measures without it.
+    freeze_gc: bool = True
 
 
 class TurnClock:
@@ -254,11 +261,15 @@ async def _level(
         for pending in greeted[1]:
             pending.cancel()
         record["greeted"] = len(greeted[0])
+        if plan.freeze_gc:
+            gc.collect()
+            gc.freeze()
+            record["frozen_objects"] = gc.get_freeze_count()
         turns = turns_per_session(level, plan)
         offsets = offsets_for(level, turns, plan.spread)
         lag = LoopLag()
         pauses = GcPauses()
-        await server_lag_start(http)
+        await server_lag_start(http, freeze_gc=plan.freeze_gc)
         pauses.start()
         server_before = await server_stats(http)
         machine_before = machine_cpu()
@@ -309,6 +320,8 @@ async def _level(
             await close_all([m.session for m in members[first : first + 200]])
         record["close_s"] = time.monotonic() - closing
         members.clear()
+        if plan.freeze_gc:
+            gc.unfreeze()  # the closed sessions' graphs are collectable again
         record["server_left"] = await _wait_idle(http, plan.idle_timeout)
         record["tasks_leaked"] = await _tasks_over(tasks_before, plan.idle_timeout)
         record["fds_leaked"] = _fds() - fds_before

@@ -84,7 +84,7 @@ NOMINAL_RATE = {"video": 20.0, "audio": 50.0}  # 320x240@20fps H264, 20 ms Opus 
 MODE_LABEL = {"av": "A/V", "audio": "audio-only"}
 LAG_PERIOD = 0.02
 OTHER_NOTICE = 0.1  # cores used by other processes worth a mention in a level's note
-SERVER_START_TIMEOUT = 30.0
+SERVER_START_TIMEOUT = 90.0  # a loaded machine imports aiortc slowly
 IDLE_TIMEOUT = 5.0
 
 
@@ -112,12 +112,16 @@ class BenchStagingServer(StagingServer):
             self._gc.stop()
         self._gc = GcPauses()
         self._gc.start()
+        if request.query.get("freeze") == "1":  # the live conversations' graphs, as the client
+            gc.collect()
+            gc.freeze()
         return web.json_response({})
 
     async def _lag_stop(self, request: web.Request) -> web.Response:
         """Stop measuring; the server loop's lag since the start (ms), ``{}`` if none."""
         lag, self._lag = self._lag, None
         pauses, self._gc = self._gc, None
+        gc.unfreeze()
         summary = await lag.stop() if lag is not None else None
         out: dict[str, Any] = summary.scaled(1000.0).as_json("ms") if summary else {}
         if pauses is not None:
@@ -155,9 +159,13 @@ async def server_stats(http: aiohttp.ClientSession) -> dict[str, float]:
         return {key: float(value) for key, value in (await response.json()).items()}
 
 
-async def server_lag_start(http: aiohttp.ClientSession, period: float = LAG_PERIOD) -> None:
-    """Start the bench staging server's own loop-lag ticker (see ``BenchStagingServer``)."""
-    async with http.post("/bench/lag", params={"period": str(period)}) as response:
+async def server_lag_start(
+    http: aiohttp.ClientSession, period: float = LAG_PERIOD, *, freeze_gc: bool = False
+) -> None:
+    """Start the bench staging server's own loop-lag ticker (see ``BenchStagingServer``);
+    ``freeze_gc``: ``gc.freeze()`` the server's live objects until the stop."""
+    params = {"period": str(period), "freeze": "1" if freeze_gc else "0"}
+    async with http.post("/bench/lag", params=params) as response:
         response.raise_for_status()
 
 

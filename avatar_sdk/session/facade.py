@@ -448,7 +448,9 @@ class AvatarSession(EventSource):
             lanes = self.media
             if lanes is not None and lanes.stv is not None:
                 counts["audio_in"] = lanes.stv.frames.get("audio", 0)
-                counts["video_in"] = lanes.stv.frames.get("video", 0)
+                gate = lanes.stv.video_gate  # frames received, decoded or not (nobody watching)
+                video = gate.assembled if gate is not None else lanes.stv.frames.get("video", 0)
+                counts["video_in"] = video
             self._sample(counts)
 
     def _sample(self, counts: dict[str, int]) -> None:
