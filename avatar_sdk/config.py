@@ -30,9 +30,11 @@ def _is_count(value: object) -> bool:
 
 #: Default of ``SessionConfig.max_message_size``, bytes.
 #: Where audio is encoded and decoded (``AvatarSession(audio_codec=)``): aiortc's worker
-#: threads, or the event loop.
+#: threads, or the event loop (the default: cheaper, ``docs/media.md``).
 AudioCodec = Literal["thread", "loop"]
 AUDIO_CODECS: Final[tuple[AudioCodec, ...]] = ("thread", "loop")
+#: ``audio_codec`` when none is given.
+DEFAULT_AUDIO_CODEC: Final[AudioCodec] = "loop"
 
 MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
 #: Smallest ``max_message_size``: below it the connect sequence's own messages would not fit.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .load_cpu import MODES, Mode, probes, run_child
-from .load_turns import TurnPlan, plan_dict, ramp_in_child
+from .load_turns import TurnPlan, plan_dict, ramp_in_child, saturation
 from .media import ChildServer
 from .stats import FigureResult, Row, Target
 
@@ -99,6 +99,15 @@ class ModeCpu:
         values = [core_pct_per_session(p) for p in self.probes(impl) if "error" not in p]
         return sum(values) / len(values) if values else None
 
+    def lag_p99(self, impl: str) -> float | None:
+        """Mean over the rounds of the client loop's lag p99 (ms; None: not measured)."""
+        values = [
+            float(p["loop_lag_p99_ms"])
+            for p in self.probes(impl)
+            if "error" not in p and p.get("loop_lag_p99_ms") is not None
+        ]
+        return sum(values) / len(values) if values else None
+
     @property
     def ratio(self) -> float | None:
         return ratio_of(self.pct("sdk"), self.pct("bare"))
@@ -130,9 +139,26 @@ def cpu_rows(items: Sequence[ModeCpu], sessions: int) -> list[Row]:
         )
         sdk, bare, ratio = item.pct("sdk"), item.pct("bare"), item.ratio
         rows.append(Row(f"SDK CPU/session, {label}", sessions, _nan(sdk), "% core", target=target))
+        if item.mode.floor_pct is not None:
+            rows.append(Row(f"  floor, {label}", sessions, item.mode.floor_pct, "% core"))
         if item.mode.bare is not None:
             rows.append(Row(f"  bare aiortc CPU/session, {label}", sessions, _nan(bare), "% core"))
             rows.append(Row(f"  SDK/bare, {label}", sessions, _nan(ratio), "x"))
+        lag = item.lag_p99("sdk")
+        if lag is not None:
+            rows.append(Row(f"  SDK loop lag p99, {label}", sessions, lag, "ms"))
+    found = {item.mode.key: item.pct("sdk") for item in items}
+    unwatched, audio = found.get("av_unwatched"), found.get("audio_pcm")
+    if unwatched is not None and audio is not None:
+        rows.append(
+            Row(
+                "SDK audio+video nobody watching, minus audio-only PCM",
+                sessions,
+                unwatched - audio,
+                "points",
+                target=Target("<=", 0.5, "points"),
+            )
+        )
     return rows
 
 
@@ -291,12 +317,16 @@ def _level_note(lv: LevelTurns) -> str:
             f"{lv.level}: ERROR {r.get('error', 'not measured')} (connected {r.get('connected')})"
         )
     lag = (r.get("loop_lag_ms") or {}).get("p90_ms", math.nan)
+    server_lag = (r.get("server_loop_lag_ms") or {}).get("p90_ms", math.nan)
     connect = (r.get("connect_ms") or {}).get("p90_ms", math.nan)
+    saturated = r.get("saturated", saturation(r))
+    whose = "saturated: " + " + ".join(saturated) if saturated else "nothing saturated"
     return (
         f"{lv.level}: {r['sessions_answered']}/{lv.level} answered, connect {r['connect_s']:.1f} s "
         f"(p90 {connect:.0f} ms each), client {r['client_core_share']:.0%} / server "
-        f"{r['server_core_share']:.0%} core, loop lag p90 {lag:.1f} ms, other processes "
-        f"{r['other_processes_cores']:.0%}; first-text p90 x{_nan(lv.text_ratio):.2f}; "
+        f"{r['server_core_share']:.0%} core, loop lag p90 client {lag:.1f} ms / server "
+        f"{server_lag:.1f} ms, other processes "
+        f"{r['other_processes_cores']:.0%} ({whose}); first-text p90 x{_nan(lv.text_ratio):.2f}; "
         f"after close: server sessions {r.get('server_left')}, tasks {r.get('tasks_leaked')}, "
         f"fds {r.get('fds_leaked')}"
     )

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -38,7 +40,17 @@ from avatar_sdk.events.bus import Event
 
 from .harness import describe_error
 from .load_cpu import sdk_control
-from .media import LoopLag, busy_cores, close_all, delta, machine_cpu, server_stats
+from .media import (
+    GcPauses,
+    LoopLag,
+    busy_cores,
+    close_all,
+    delta,
+    machine_cpu,
+    server_lag_start,
+    server_lag_stop,
+    server_stats,
+)
 from .stats import Summary
 
 
@@ -56,6 +68,12 @@ class TurnPlan:
     idle_timeout: float = 15.0
     #: Stop the ramp once a level took this long (s): the next one would blow the budget.
     level_budget: float = 90.0
+    #: Once a level's sessions are connected, ``gc.freeze()`` them (``gc.unfreeze()`` after
+    #: the level): CPython's full collections then skip the long-lived session graphs
+    #: (about 1,300 tracked objects a session), which at 1,000 sessions held the loop for
+    #: over a second at a time (issue 23). What a process holding many sessions should do
+    #: (``docs/fleet.md``); False measures without it.
+    freeze_gc: bool = True
 
 
 class TurnClock:
@@ -153,6 +171,35 @@ async def _turns(
     return {"first_text": texts, "ended": ended, "unanswered": unanswered, "errors": errors}
 
 
+#: A side counts as saturated when its loop's lag p90 reaches this (ms) or its process
+#: used this share of a core (one event loop: one core at most, less the GIL's threads).
+SATURATED_LAG_MS = 20.0
+SATURATED_SHARE = 0.85
+#: The machine counts as saturated when this many of its cores were busy (all processes).
+SATURATED_MACHINE = 0.95
+
+
+def saturation(record: dict[str, Any]) -> list[str]:
+    """Whose saturation a level measured: any of ``client``, ``server``, ``machine``
+    (every core busy, whoever used them); empty when nothing was saturated."""
+    found: list[str] = []
+    for side, lag_key, share_key in (
+        ("client", "loop_lag_ms", "client_core_share"),
+        ("server", "server_loop_lag_ms", "server_core_share"),
+    ):
+        lag = (record.get(lag_key) or {}).get("p90_ms")
+        share = record.get(share_key)
+        if (lag is not None and lag >= SATURATED_LAG_MS) or (
+            share is not None and share >= SATURATED_SHARE
+        ):
+            found.append(side)
+    busy = record.get("machine_busy_cores")
+    cores = os.cpu_count() or 1
+    if busy is not None and not math.isnan(busy) and busy >= SATURATED_MACHINE * cores:
+        found.append("machine")
+    return found
+
+
 def offsets_for(level: int, turns: int, spread: float) -> list[list[float]]:
     """Send offsets (s) of each session's turns: ``level * turns`` sends spaced evenly over
     ``spread`` seconds, session ``i``'s ``j``-th at slot ``j * level + i``."""
@@ -214,9 +261,16 @@ async def _level(
         for pending in greeted[1]:
             pending.cancel()
         record["greeted"] = len(greeted[0])
+        if plan.freeze_gc:
+            gc.collect()
+            gc.freeze()
+            record["frozen_objects"] = gc.get_freeze_count()
         turns = turns_per_session(level, plan)
         offsets = offsets_for(level, turns, plan.spread)
         lag = LoopLag()
+        pauses = GcPauses()
+        await server_lag_start(http, freeze_gc=plan.freeze_gc)
+        pauses.start()
         server_before = await server_stats(http)
         machine_before = machine_cpu()
         cpu_before = time.process_time()
@@ -230,7 +284,9 @@ async def _level(
         cpu = time.process_time() - cpu_before
         machine = busy_cores(machine_before, machine_cpu())
         lags = await lag.stop()
+        client_gc = pauses.stop()
         served = delta(await server_stats(http), server_before)
+        server_lag = await server_lag_stop(http)
         ended = [x for r in results for x in r["ended"]]
         texts = [x for r in results for x in r["first_text"]]
         answered = sum(1 for r in results if r["ended"] and not r["unanswered"])
@@ -248,7 +304,12 @@ async def _level(
             server_core_share=served["cpu"] / window,
             other_processes_cores=machine - (cpu + served["cpu"]) / window,
             loop_lag_ms=lags.scaled(1000.0).as_json("ms") if lags is not None else None,
+            server_loop_lag_ms=server_lag or None,
+            client_gc=client_gc,
+            server_gc=server_lag.get("gc"),
+            machine_busy_cores=machine,
         )
+        record["saturated"] = saturation(record)
         return record
     except Exception as exc:
         record["error"] = describe_error(exc)
@@ -259,6 +320,8 @@ async def _level(
             await close_all([m.session for m in members[first : first + 200]])
         record["close_s"] = time.monotonic() - closing
         members.clear()
+        if plan.freeze_gc:
+            gc.unfreeze()  # the closed sessions' graphs are collectable again
         record["server_left"] = await _wait_idle(http, plan.idle_timeout)
         record["tasks_leaked"] = await _tasks_over(tasks_before, plan.idle_timeout)
         record["fds_leaked"] = _fds() - fds_before

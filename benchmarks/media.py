@@ -84,7 +84,7 @@ NOMINAL_RATE = {"video": 20.0, "audio": 50.0}  # 320x240@20fps H264, 20 ms Opus 
 MODE_LABEL = {"av": "A/V", "audio": "audio-only"}
 LAG_PERIOD = 0.02
 OTHER_NOTICE = 0.1  # cores used by other processes worth a mention in a level's note
-SERVER_START_TIMEOUT = 30.0
+SERVER_START_TIMEOUT = 90.0  # a loaded machine imports aiortc slowly
 IDLE_TIMEOUT = 5.0
 
 
@@ -94,8 +94,39 @@ IDLE_TIMEOUT = 5.0
 class BenchStagingServer(StagingServer):
     """The staging server plus one bench-only read-out: CPU time and media frames sent."""
 
+    _lag: LoopLag | None = None
+    _gc: GcPauses | None = None
+
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/bench/stats", self._bench_stats)
+        app.router.add_post("/bench/lag", self._lag_start)
+        app.router.add_delete("/bench/lag", self._lag_stop)
+
+    async def _lag_start(self, request: web.Request) -> web.Response:
+        """Start measuring this (the server's) event loop's lag, afresh."""
+        if self._lag is not None:
+            await self._lag.stop()
+        self._lag = LoopLag(float(request.query.get("period", LAG_PERIOD)))
+        self._lag.start()
+        if self._gc is not None:
+            self._gc.stop()
+        self._gc = GcPauses()
+        self._gc.start()
+        if request.query.get("freeze") == "1":  # the live conversations' graphs, as the client
+            gc.collect()
+            gc.freeze()
+        return web.json_response({})
+
+    async def _lag_stop(self, request: web.Request) -> web.Response:
+        """Stop measuring; the server loop's lag since the start (ms), ``{}`` if none."""
+        lag, self._lag = self._lag, None
+        pauses, self._gc = self._gc, None
+        gc.unfreeze()
+        summary = await lag.stop() if lag is not None else None
+        out: dict[str, Any] = summary.scaled(1000.0).as_json("ms") if summary else {}
+        if pauses is not None:
+            out["gc"] = pauses.stop()
+        return web.json_response(out)
 
     async def _bench_stats(self, request: web.Request) -> web.Response:
         viewers = list(self.media.viewers.values())
@@ -126,6 +157,24 @@ async def server_stats(http: aiohttp.ClientSession) -> dict[str, float]:
     async with http.get("/bench/stats") as response:
         response.raise_for_status()
         return {key: float(value) for key, value in (await response.json()).items()}
+
+
+async def server_lag_start(
+    http: aiohttp.ClientSession, period: float = LAG_PERIOD, *, freeze_gc: bool = False
+) -> None:
+    """Start the bench staging server's own loop-lag ticker (see ``BenchStagingServer``);
+    ``freeze_gc``: ``gc.freeze()`` the server's live objects until the stop."""
+    params = {"period": str(period), "freeze": "1" if freeze_gc else "0"}
+    async with http.post("/bench/lag", params=params) as response:
+        response.raise_for_status()
+
+
+async def server_lag_stop(http: aiohttp.ClientSession) -> dict[str, Any]:
+    """Stop it: the server loop's lag summary since the start (ms; ``{}``: no sample)."""
+    async with http.delete("/bench/lag") as response:
+        response.raise_for_status()
+        result: dict[str, Any] = await response.json()
+        return result
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -459,6 +508,40 @@ class Consumer:
         inside = [t for t in self.stamps if start <= t <= end]
         edges = [start, *inside, end]
         return len(inside), max(b - a for a, b in itertools.pairwise(edges))
+
+
+class GcPauses:
+    """The garbage collector's pauses in this process while started: count and seconds per
+    generation, and the longest (a collection of the oldest generation walks every live
+    object: with a thousand sessions it can hold the loop for tens of milliseconds)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        generation = int(info.get("generation", 0))
+        self.count[generation] += 1
+        self.seconds[generation] += took
+        self.longest = max(self.longest, took)
+
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> dict[str, Any]:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        return {
+            "collections": list(self.count),
+            "ms": [round(x * 1000.0, 2) for x in self.seconds],
+            "longest_ms": round(self.longest * 1000.0, 2),
+        }
 
 
 class LoopLag:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import AudioCodec
+from ..config import DEFAULT_AUDIO_CODEC, AudioCodec
 from ..errors import AvatarError, ErrorCode
 from . import exits
 from .output import Screen
@@ -57,7 +57,7 @@ class FleetOptions:
     media: bool = False
     video: bool = False
     audio: str = "silence"
-    audio_codec: AudioCodec = "thread"
+    audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC
     config: dict[str, Any] = field(default_factory=dict)
     turn_timeout: float = 30.0
     jsonl: Path | None = None
@@ -278,7 +278,7 @@ _FILE = click.Path(dir_okay=False, writable=True, path_type=Path)
 @click.option(
     "--audio-codec",
     type=click.Choice(["thread", "loop"]),
-    default="thread",
+    default=DEFAULT_AUDIO_CODEC,
     show_default=True,
     help="Encode/decode PCM audio in aiortc's threads or on the event loop (cheaper).",
 )

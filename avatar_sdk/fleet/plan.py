@@ -16,7 +16,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import AUDIO_CODECS, AudioCodec
+from ..config import AUDIO_CODECS, DEFAULT_AUDIO_CODEC, AudioCodec
 from ..errors import AvatarError, ErrorCode
 from ..urls import UrlKind, check_url
 
@@ -88,7 +88,7 @@ class SessionSpec:
     allow_insecure_transport: bool = False
     config: Mapping[str, Any] = field(default_factory=dict, hash=False)
     control_url: str | None = None
-    audio_codec: AudioCodec = "thread"
+    audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC
     cassette_dir: str | None = None
 
     def __post_init__(self) -> None:

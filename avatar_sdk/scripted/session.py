@@ -173,6 +173,16 @@ class _VoiceHub(FanoutTrack):
         self._tap = tap
         self.readers: list[FanoutTrack] = []
 
+    @property
+    def watched(self) -> bool:
+        """Watched through ``avatar_*`` itself, by a reader, or by the tap."""
+        return self._tap is not None or super().watched or any(r.watched for r in self.readers)
+
+    def pause(self) -> None:
+        super().pause()
+        for reader in self.readers:
+            reader.pause()
+
     def push(self, frame: Any) -> None:
         if self._tap is not None:
             self._tap(frame)
@@ -478,6 +488,7 @@ class ScriptedAvatarSession(EventSource):
             outputs=self._outputs,
             clock=self._clock,
             guard=self._guard,
+            decode_audio_on_loop=True,  # the cheaper path (every frame is levelled here)
         )
         self._stv = link
         started = self._clock.monotonic()
@@ -740,7 +751,7 @@ class ScriptedAvatarSession(EventSource):
             return f"stv peer {stv.state}"
         # Silence counts from the last frame, the subscription or the last recovery,
         # whichever is latest: time spent re-subscribing is not a stall.
-        marks = [m for m in (stv.last_frame_at, stv.subscribed_at, self._watching_since) if m]
+        marks = [m for m in (stv.last_media_at, stv.subscribed_at, self._watching_since) if m]
         if marks and now - max(marks) > self.config.media_stall_timeout:
             return f"no media for {now - max(marks):.1f}s"
         return None

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from ..cassette.recorder import CassetteRecorder
 from ..clock import SYSTEM_CLOCK, Clock, sleep_or
-from ..config import AUDIO_CODECS, AudioCodec, RetryPolicy, SessionConfig
+from ..config import AUDIO_CODECS, DEFAULT_AUDIO_CODEC, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..events.bus import EventSource
 from ..events.journal import Journal
@@ -75,7 +75,7 @@ class AvatarSession(EventSource):
         audio: Any = None,
         video: bool = True,
         media: bool = True,
-        audio_codec: AudioCodec = "thread",
+        audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC,
         config: SessionConfig | None = None,
         allow_insecure_transport: bool = False,
         turn: TurnConfig | None = None,
@@ -105,9 +105,9 @@ class AvatarSession(EventSource):
         :param video: False subscribes to the avatar's voice only.
         :param media: False opens the control channel only (text turns, no WebRTC).
         :param audio_codec: where audio is encoded (uplink) and decoded (the avatar's
-            voice): ``"thread"`` (default) in aiortc's worker threads; ``"loop"`` on the
-            event loop with a mono 32 kb/s voice encoder, cheaper per session, at a few
-            tens of microseconds of loop time per 20 ms frame (``docs/media.md``).
+            voice): ``"loop"`` (default) on the event loop with a mono 32 kb/s voice
+            encoder, the cheaper path, at a few tens of microseconds of loop time per 20 ms
+            frame; ``"thread"`` in aiortc's worker threads (``docs/media.md``).
         :param config: a ``SessionConfig`` (timeouts, budgets, guards; seconds).
         :param allow_insecure_transport: permit http/ws and private media hosts (a local
             backend such as ``StagingServer``; never in production).
@@ -448,7 +448,9 @@ class AvatarSession(EventSource):
             lanes = self.media
             if lanes is not None and lanes.stv is not None:
                 counts["audio_in"] = lanes.stv.frames.get("audio", 0)
-                counts["video_in"] = lanes.stv.frames.get("video", 0)
+                gate = lanes.stv.video_gate  # frames received, decoded or not (nobody watching)
+                video = gate.assembled if gate is not None else lanes.stv.frames.get("video", 0)
+                counts["video_in"] = video
             self._sample(counts)
 
     def _sample(self, counts: dict[str, int]) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import Clock
-from ..config import AudioCodec, SessionConfig
+from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
@@ -78,7 +78,7 @@ class MediaSpec:
     video: bool
     allow_private: bool
     turn: TurnConfig | None = None
-    audio_codec: AudioCodec = "thread"
+    audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC
 
 
 @dataclass(eq=False)

@@ -17,7 +17,7 @@ from aiortc import RTCPeerConnection
 
 from ..besteffort import best_effort
 from ..clock import Clock
-from ..config import AudioCodec, SessionConfig
+from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..wire import (
@@ -69,7 +69,7 @@ class MediaLanes:
         turn: TurnConfig | None = None,
         ssl_context: ssl.SSLContext | None = None,
         host_guard: HostGuard | None = None,
-        audio_codec: AudioCodec = "thread",
+        audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC,
         observer: WireObserver | None = None,
     ) -> None:
         """``observer``: told each peer's state changes and each WHEP exchange
@@ -286,7 +286,7 @@ class MediaLanes:
                 down["stv"] = f"stv peer {state}"
             else:
                 # A downlink that never delivered a frame counts from its subscription.
-                silent = age(stv.last_frame_at or stv.subscribed_at)
+                silent = age(stv.last_media_at or stv.subscribed_at)
                 if silent is not None and silent > stall_timeout:
                     down["stv"] = f"no media for {silent:.1f}s"
         return down

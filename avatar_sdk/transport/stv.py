@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from ..clock import Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from . import loop_decode
+from . import loop_decode, video_demand
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
 from .observe import HttpExchange, WireObserver, notify
@@ -63,7 +63,11 @@ def whep_http_session(
 
 
 class FanoutTrack(MediaStreamTrack):
-    """A received track as the application sees it: bounded, drops the oldest frames."""
+    """A received track as the application sees it: bounded, drops the oldest frames.
+
+    It also tells the downlink whether anybody watches it (:attr:`watched`): the video is
+    decoded only while somebody does (:mod:`.video_demand`).
+    """
 
     def __init__(self, kind: str, max_queue: int = 30) -> None:
         super().__init__()
@@ -72,14 +76,34 @@ class FanoutTrack(MediaStreamTrack):
         self._waiter: asyncio.Future[None] | None = None
         self.dropped = 0
         self.received = 0
+        self._read_ever = False
+        self._unread = 0  # frames pushed since the last recv()
+        self._paused = False
         #: Told of every frame pushed, before any consumer reads it (the session's reply
         #: timing: the first audible frame of an answer); must be cheap and never raise.
         self.on_frame: Callable[[Any], None] | None = None
+
+    @property
+    def watched(self) -> bool:
+        """Whether a consumer reads this track: a ``recv()`` is waiting, or one was made
+        fewer than ``max_queue`` frames ago (a reader that let its whole buffer fill up
+        without reading is gone), or an ``on_frame`` tap is set."""
+        if self.on_frame is not None:
+            return True
+        if self._waiter is not None and not self._waiter.done():
+            return True
+        return self._read_ever and self._unread < (self._frames.maxlen or 0)
+
+    def pause(self) -> None:
+        """The downlink stopped decoding this track (nobody watched it): the frames
+        buffered so far are stale, and the next ``recv()`` waits for fresh ones."""
+        self._paused = True
 
     def push(self, frame: Any) -> None:
         if self.readyState != "live":
             return
         self.received += 1
+        self._unread += 1
         if self.on_frame is not None:
             self.on_frame(frame)
         if len(self._frames) == self._frames.maxlen:
@@ -89,6 +113,11 @@ class FanoutTrack(MediaStreamTrack):
             self._waiter.set_result(None)
 
     async def recv(self) -> Any:
+        self._read_ever = True
+        self._unread = 0
+        if self._paused:
+            self._paused = False
+            self._frames.clear()
         while not self._frames:
             if self.readyState != "live":
                 raise MediaStreamError
@@ -116,6 +145,7 @@ class StvDownlink:
         clock: Clock,
         guard: HostGuard | None = None,
         decode_audio_on_loop: bool = False,
+        decode_unwatched_video: bool = False,
         observer: WireObserver | None = None,
     ) -> None:
         """``observer``: told each WHEP exchange (:mod:`.observe`).
@@ -123,7 +153,10 @@ class StvDownlink:
         :func:`whep_http_session`); without one, hosts are still resolved and checked
         before each request, but the connection is not pinned to what was checked.
         ``decode_audio_on_loop``: decode the voice on the event loop, not in aiortc's
-        decoder thread (:mod:`.loop_decode`); video always keeps its thread. ``clock``: the
+        decoder thread (:mod:`.loop_decode`); video always keeps its thread.
+        ``decode_unwatched_video``: decode every video frame, watched or not (by default
+        only the first one and those a consumer of ``outputs["video"]`` reads are decoded:
+        :mod:`.video_demand`). ``clock``: the
         session's; frame and subscription stamps are compared with its watchdog's times."""
         self._http = http
         self._observer = observer
@@ -133,8 +166,19 @@ class StvDownlink:
         self._video = video
         self._outputs = outputs
         self.pc = RTCPeerConnection(configuration)
+        #: Decodes the video only while it is watched (:mod:`.video_demand`).
+        self.video_gate: video_demand.DemandQueue | None = None
         if video:
-            self.pc.addTransceiver("video", direction="recvonly")
+            receiver = self.pc.addTransceiver("video", direction="recvonly").receiver
+            shown = outputs.get("video")
+            if shown is not None and not decode_unwatched_video:
+                self.video_gate = video_demand.decode_video_on_demand(
+                    receiver,
+                    demand=lambda: shown.watched,
+                    first_decoded=lambda: self.frames["video"] > 0,
+                    clock=clock.monotonic,
+                )
+                self.video_gate.on_pause = shown.pause
         audio = self.pc.addTransceiver("audio", direction="recvonly")
         self.audio_decoder: loop_decode.LoopDecoder | None = None
         if decode_audio_on_loop:
@@ -152,6 +196,18 @@ class StvDownlink:
     @property
     def state(self) -> str:
         return str(self.pc.connectionState)
+
+    @property
+    def last_media_at(self) -> float | None:
+        """When media last arrived: a decoded frame, or a video frame assembled from RTP
+        whether decoded or not (liveness must not depend on anybody watching)."""
+        marks = [m for m in (self.last_frame_at, self.last_assembled_at) if m is not None]
+        return max(marks) if marks else None
+
+    @property
+    def last_assembled_at(self) -> float | None:
+        """When the video receiver last assembled a frame (None without the gate)."""
+        return self.video_gate.assembled_at if self.video_gate is not None else None
 
     async def _check_host(self, url: str) -> None:
         """Refuse (``INSECURE_TRANSPORT``) a URL whose host is or resolves to a non-public

@@ -42,7 +42,7 @@ async def test_control_probe_measures_sdk_and_bare_and_leaves_nothing(
 
 @pytest.mark.parametrize(
     ("key", "impl"),
-    [("audio_encoded", "bare"), ("audio_encoded", "sdk"), ("audio_pcm_loop", "sdk")],
+    [("audio_encoded", "bare"), ("audio_encoded", "sdk"), ("audio_pcm_thread", "sdk")],
 )
 async def test_audio_probes_send_and_receive_audio(
     bench_server: StagingServer, key: str, impl: str
@@ -81,3 +81,21 @@ async def test_fleet_runs_measure_the_same_work_three_ways(
             assert all(0.0 < x < 5.0 for x in record["ended_s"])
             assert record["cpu_s"] > 0.0 and record["server_left"] == 0
             assert (record["children_cpu_s"] > 0.0) == (way == "local")
+
+
+@pytest.mark.parametrize("key", ["av_watched", "av_unwatched"])
+async def test_video_probes_count_what_the_downlink_delivers(
+    bench_server: StagingServer, key: str
+) -> None:
+    # Watched: a consumer reads the video, every frame decoded. Unwatched: the frames are
+    # assembled from RTP (counted as video_assembled) but not decoded past the first.
+    args = ProbeArgs(bench_server.url, bench_server.token, key, "sdk", 1, 0.5, 1.0)
+    result = await _probe(args)
+    rates = result["frames_per_session_per_s"]
+    assert rates["audio"] > 10.0
+    if key == "av_watched":
+        assert rates["video"] > 10.0
+    else:
+        assert rates["video_assembled"] > 10.0
+    assert result["loop_lag_p99_ms"] >= 0.0
+    assert await until(lambda: not bench_server.conversations, timeout=3.0)

@@ -17,7 +17,7 @@ from aiortc import RTCPeerConnection
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.errors import AvatarError, ErrorCode
-from avatar_sdk.media import AudioLevelMeter, ToneSource
+from avatar_sdk.media import AudioLevelMeter, FrameIterator, ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.transport.loop_decode import LoopDecoder, decode_audio_on_loop
 from avatar_sdk.transport.stv import StvDownlink
@@ -73,7 +73,10 @@ async def test_audio_codec_both_ways(staging: StagingServer, codec: str) -> None
         level = await _speak_and_measure(staging, session)
         assert 0.1 < level < 0.3
         frames = lanes.stv.frames["video"]
-        assert await until(lambda: lanes.stv is not None and lanes.stv.frames["video"] > frames, 3)
+        assert session.avatar_video is not None
+        async with FrameIterator(session.avatar_video) as video:  # watched: decoded
+            await asyncio.wait_for(anext(video), 5)
+        assert lanes.stv.frames["video"] > frames
         assert _decodes_in_a_thread(lanes.stv, "video")  # video keeps aiortc's thread either way
         if codec == "loop":
             assert peer_track.pcm_to_aiortc == 0  # every frame encoded on the loop

@@ -17,7 +17,7 @@ from benchmarks import fleet, load
 from benchmarks.fleet_runs import CONFIG_FIELDS, RunArgs, fleet_plan, turn_latencies
 from benchmarks.fleet_scenario import one_turn
 from benchmarks.load_cpu import MODES, mode, probe_order
-from benchmarks.load_turns import TurnPlan, offsets_for, turns_per_session
+from benchmarks.load_turns import TurnPlan, offsets_for, saturation, turns_per_session
 
 
 def _probe(key: str, impl: str, cpu_s: float, *, sessions: int = 4) -> dict[str, Any]:
@@ -70,7 +70,9 @@ def test_ratio_is_sdk_over_bare_and_unknown_without_a_positive_denominator() -> 
     assert item.added_points == pytest.approx(1.0)
     assert load.ratio_of(1.0, 0.0) is None
     assert load.ratio_of(None, 1.0) is None
-    failed = load.ModeCpu(mode("av"), [{"mode": "av", "impl": "sdk", "error": "boom"}], [])
+    failed = load.ModeCpu(
+        mode("av_watched"), [{"mode": "av_watched", "impl": "sdk", "error": "boom"}], []
+    )
     assert failed.pct("sdk") is None and failed.ratio is None and failed.added_points is None
 
 
@@ -88,44 +90,56 @@ def test_probes_alternate_abba_so_drift_weighs_on_both_clients() -> None:
 
 def test_cpu_rows_carry_the_issue_targets_on_the_sdk_rows_only() -> None:
     results = [
-        _probe("audio_pcm", "sdk", 1.6),  # 8% > 7%
+        _probe("audio_pcm", "sdk", 0.8),  # 4% > 3%
         _probe("audio_pcm", "bare", 1.6),
-        _probe("audio_encoded", "sdk", 0.6),  # 3% <= 4%
+        _probe("audio_encoded", "sdk", 0.2),  # 1% <= 1.5%
         _probe("audio_encoded", "bare", 0.5),
     ]
     rows = {row.label: row for row in load.cpu_rows(load.by_mode(results), 4)}
     pcm = rows["SDK CPU/session, audio-only, PCM tone uplink"]
-    assert pcm.median == pytest.approx(8.0)
+    assert pcm.median == pytest.approx(4.0)
     assert pcm.verdict == "FAIL"
+    assert rows["  floor, audio-only, PCM tone uplink"].median == pytest.approx(1.5)
     encoded = rows["SDK CPU/session, audio-only, pre-encoded uplink"]
-    assert encoded.median == pytest.approx(3.0)
+    assert encoded.median == pytest.approx(1.0)
     assert encoded.verdict == "PASS"
-    assert rows["  SDK/bare, audio-only, pre-encoded uplink"].median == pytest.approx(1.2)
+    assert rows["  SDK/bare, audio-only, pre-encoded uplink"].median == pytest.approx(0.4)
     assert rows["  bare aiortc CPU/session, audio-only, PCM tone uplink"].target is None
     # Modes that were not measured still get their rows, as not-a-number.
-    assert math.isnan(rows["SDK CPU/session, audio+video, PCM tone uplink"].median)
+    label = "SDK CPU/session, audio+video, PCM tone uplink, video watched"
+    assert math.isnan(rows[label].median)
 
 
 def test_modes_are_a_table_each_with_an_sdk_builder() -> None:
     keys = [m.key for m in MODES]
-    assert keys == ["control", "audio_pcm", "audio_pcm_loop", "audio_encoded", "av"]
+    assert keys == [
+        "control", "audio_pcm", "audio_pcm_thread", "audio_encoded", "av_watched",
+        "av_unwatched",
+    ]  # fmt: skip
     assert len(set(keys)) == len(keys)
     assert all(m.bare is not None for m in MODES)
+    assert mode("av_watched").watch == ("video",) and mode("av_unwatched").watch == ()
     with pytest.raises(KeyError):
         mode("nope")
 
 
-def test_the_on_loop_mode_is_compared_with_the_bare_pcm_client_and_says_so() -> None:
-    on_loop, pcm = mode("audio_pcm_loop"), mode("audio_pcm")
-    assert on_loop.bare is pcm.bare  # bare aiortc has no on-loop codec option
-    assert on_loop.target_pct == 7.0
-    assert on_loop.label == "audio-only, PCM tone uplink, audio_codec='loop'"
-    results = [_probe("audio_pcm_loop", "sdk", 0.9), _probe("audio_pcm_loop", "bare", 1.6)]
+def test_the_thread_mode_is_compared_with_the_bare_pcm_client_and_says_so() -> None:
+    thread, pcm = mode("audio_pcm_thread"), mode("audio_pcm")
+    assert thread.bare is pcm.bare  # both against bare aiortc's worker threads
+    assert thread.target_pct == 3.0
+    assert thread.label == "audio-only, PCM tone uplink, audio_codec='thread'"
+    results = [_probe("audio_pcm_thread", "sdk", 0.9), _probe("audio_pcm_thread", "bare", 1.6)]
     result = load.render({"cpu": results, "turns": {"levels": []}}, load.QUICK)
-    note = next(n for n in result.notes if n.startswith(on_loop.label + ":"))
-    assert "no on-loop codec option" in note and "SDK adds -3.50 points" in note
-    row = next(r for r in result.rows if r.label == f"SDK CPU/session, {on_loop.label}")
-    assert (row.median, row.verdict) == (pytest.approx(4.5), "PASS")
+    note = next(n for n in result.notes if n.startswith(thread.label + ":"))
+    assert "former default" in note and "SDK adds -3.50 points" in note
+    row = next(r for r in result.rows if r.label == f"SDK CPU/session, {thread.label}")
+    assert (row.median, row.verdict) == (pytest.approx(4.5), "FAIL")
+
+
+def test_the_loop_lag_of_each_mode_is_a_row() -> None:
+    probe = {**_probe("audio_pcm", "sdk", 0.5), "loop_lag_p99_ms": 3.0}
+    rows = {r.label: r for r in load.cpu_rows(load.by_mode([probe]), 4)}
+    assert rows["  SDK loop lag p99, audio-only, PCM tone uplink"].median == pytest.approx(3.0)
 
 
 def test_p90_ratios_are_against_the_lowest_level() -> None:
@@ -296,3 +310,14 @@ def test_fleet_quick_plan_shares_the_load_switch(monkeypatch: pytest.MonkeyPatch
     assert fleet.current_plan() is fleet.QUICK
     monkeypatch.delenv(load.QUICK_ENV)
     assert fleet.current_plan() is fleet.FULL
+
+
+def test_a_level_says_whose_saturation_it_measured() -> None:
+    calm = {**_level(1000, 30.0), "machine_busy_cores": 0.5}
+    assert saturation(calm) == []
+    server = {**calm, "server_loop_lag_ms": {"p90_ms": 45.0}}
+    assert saturation(server) == ["server"]
+    client = {**calm, "client_core_share": 0.97, "machine_busy_cores": 2.0 * 0.96}
+    assert saturation(client)[0] == "client"
+    rendered = load._level_note(load.levels_with_ratios([_level(1, 20.0), server])[1])
+    assert "saturated: server" in rendered and "server 45.0 ms" in rendered
