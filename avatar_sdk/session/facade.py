@@ -32,6 +32,7 @@ from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
+from ..transport.netchange import brings_a_path
 from ..transport.netwatch import NetworkWatcher
 from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
@@ -328,7 +329,9 @@ class AvatarSession(EventSource):
         self._recovery.notify_network_change(media=media)
 
     def _network_changed(self, what: str) -> None:
-        self._recovery.notify_network_change(cause="detected", detail=what)
+        # Only a change that brings a new path is acted on (netchange.brings_a_path).
+        act = brings_a_path(what)
+        self._recovery.notify_network_change(cause="detected", detail=what, probe=act, media=act)
 
     async def switch_audio(self, track: Any) -> None:
         """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""

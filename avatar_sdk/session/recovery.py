@@ -442,15 +442,21 @@ class RecoveryController:
         return False
 
     def notify_network_change(
-        self, *, cause: str = "application", detail: str = "", media: bool = True
+        self,
+        *,
+        cause: str = "application",
+        detail: str = "",
+        probe: bool = True,
+        media: bool = True,
     ) -> None:
         """The host's network changed: probe the control socket at once and (``media``)
-        restart both media channels, each once the socket has answered a probe."""
+        restart both media channels, each once the socket has answered a probe.
+        ``probe=False``: only say so (a change that took paths away and gave none)."""
         if self._machine.terminal:
             return
         link = self._slot.current
-        if link is not None:
+        if link is not None and probe:
             link.channel.last_activity = 0.0  # the next watchdog tick probes at once
         self._emit("network_changed", {"cause": cause, "detail": detail})
-        if media:
+        if media and probe:
             self.media.network_changed(detail or cause)

@@ -23,6 +23,7 @@ __all__ = [
     "NetlinkMessage",
     "NetworkState",
     "Snapshot",
+    "brings_a_path",
     "diff_snapshots",
     "dump_request",
     "snapshot_of",
@@ -201,6 +202,16 @@ class NetworkState:
         if not any(i == index for i, _ in self.addresses):
             return None  # an interface without an address carries no session
         return f"interface {index} {'up' if running else 'down'}"
+
+
+def brings_a_path(description: str) -> bool:
+    """Whether a change (as :class:`NetworkState` or :func:`diff_snapshots` describe it)
+    gives the host a path it did not have: an address added, a default route added, an
+    interface up. A change that only takes paths away (an interface down, an address
+    removed) has nothing new to try: probing then would only fail, and drop a connection
+    that may live through a short outage (TCP retransmits across a one-second flap)."""
+    parts = description.replace(";", ",").split(",")
+    return any(p.strip().endswith((" added", " up")) for p in parts)
 
 
 #: A polling snapshot: (interface name, address) pairs, loopback and link-local left out.

@@ -27,6 +27,7 @@ from avatar_sdk.transport.netchange import (
     RTM_NEWROUTE,
     NetlinkMessage,
     NetworkState,
+    brings_a_path,
     diff_snapshots,
     dump_request,
     snapshot_of,
@@ -94,9 +95,7 @@ def test_an_address_counts_once_added_and_once_removed() -> None:
         ("2001:db8::5", {"flags": IFA_F_TENTATIVE}),
     ],
 )
-def test_addresses_that_carry_no_session_do_not_count(
-    address: str, kwargs: dict[str, int]
-) -> None:
+def test_addresses_that_carry_no_session_do_not_count(address: str, kwargs: dict[str, int]) -> None:
     assert changes(NetworkState(), addr_msg(RTM_NEWADDR, address, **kwargs)) == []
 
 
@@ -139,6 +138,23 @@ def test_truncated_payloads_are_ignored() -> None:
     for kind in (RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWLINK):
         assert state.apply(NetlinkMessage(kind, b"\x02")) is None
     assert state.apply(NetlinkMessage(999, b"")) is None
+
+
+@pytest.mark.parametrize(
+    ("description", "brings"),
+    [
+        ("address 10.0.0.3 added", True),
+        ("address 10.0.0.2 removed; address 10.0.0.3 added", True),
+        ("address 10.0.0.2 removed", False),
+        ("interface 2 down", False),
+        ("interface 2 down; interface 2 up", True),
+        ("default route via 10.0.0.1 removed", False),
+        ("default route via 10.0.9.1 added", True),
+        ("address 192.0.2.9 added, address 192.0.2.2 removed", True),
+    ],
+)
+def test_only_a_change_that_brings_a_path_is_acted_on(description: str, brings: bool) -> None:
+    assert brings_a_path(description) is brings
 
 
 def test_dump_requests() -> None:
