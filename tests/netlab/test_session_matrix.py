@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from avatar_sdk.testing.netlab import requirements
 from benchmarks.netlab_scenarios import (
     Figures,
     blackhole,
@@ -22,13 +21,6 @@ from benchmarks.netlab_scenarios import (
 pytestmark = [pytest.mark.netlab, pytest.mark.timeout(300)]
 
 LOSS_SECONDS = 60.0
-
-
-@pytest.fixture(autouse=True)
-def _lab_available() -> None:
-    problem = requirements()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
 
 
 def show(figures: Figures) -> Figures:

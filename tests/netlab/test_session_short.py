@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from avatar_sdk.testing.netlab import requirements
 from benchmarks.netlab_scenarios import (
     Figures,
     address_change,
@@ -17,13 +16,6 @@ from benchmarks.netlab_scenarios import (
 )
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def _lab_available() -> None:
-    problem = requirements()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
 
 
 def show(figures: Figures) -> Figures:
