@@ -34,6 +34,7 @@ SCENARIOS = (
     ("flap 2s", lab.flap(2.0), True),
     ("address change", lab.address_change(), True),
     ("rate 300 kbit/s down 10s", lab.rate_limit(300, 10.0), False),
+    ("rate 50 kbit/s down 10s", lab.rate_limit(50, 10.0), False),
 )
 
 

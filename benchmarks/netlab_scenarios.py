@@ -67,6 +67,10 @@ class Figures:
     video_fps_before: float | None = None
     video_fps_during: float | None = None
     downlink_kbit: float | None = None
+    #: The longest stretch without a new video frame, and where it began (s from the fault).
+    longest_video_stall: float = 0.0
+    longest_stall_at: float | None = None
+    state_at_fault_end: str = ""
     network_changes: list[str] = field(default_factory=list)
     final_state: str = ""
     errors: list[str] = field(default_factory=list)
@@ -105,6 +109,20 @@ class _Frames:
         if len(inside) < 2 or inside[-1][0] - inside[0][0] <= 0:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+    def longest_stall(self) -> tuple[float, float | None]:
+        """The longest time between two samples with new video frames, and its start."""
+        best, start = 0.0, None
+        last_t: float | None = None
+        last_n = -1
+        for t, n in self.samples:
+            if n != last_n:
+                if last_t is not None and t - last_t > best:
+                    best, start = t - last_t, last_t
+                last_t, last_n = t, n
+        if last_t is not None and self.samples and self.samples[-1][0] - last_t > best:
+            best, start = self.samples[-1][0] - last_t, last_t
+        return best, start
 
     def flowing_since(self, after: float) -> float | None:
         """The first sample time after ``after`` from which frames grew within 0.5 s."""
@@ -183,6 +201,7 @@ async def run_scenario(
                     await fault(lab)
                     over_at = time.monotonic()
                     figures.fault_seconds = over_at - fault_at
+                    figures.state_at_fault_end = session.state
                     settled = await _settle(session, frames, over_at, settle_timeout)
                     if expect_recovery or settled is None or settled > over_at + 0.5:
                         figures.recovery = None if settled is None else settled - over_at
@@ -274,6 +293,9 @@ def _fill(
     start = frames.samples[0][0] if frames.samples else fault_at
     figures.video_fps_before = frames.fps(start, fault_at)
     figures.video_fps_during = frames.fps(fault_at, over_at)
+    stall, stall_at = frames.longest_stall()
+    figures.longest_video_stall = stall
+    figures.longest_stall_at = None if stall_at is None else stall_at - fault_at
     for marker in markers:
         answers = sum(1 for text in spoken.values() if f"You said: {marker}" in text)
         figures.turns_duplicated += max(0, answers - 1)

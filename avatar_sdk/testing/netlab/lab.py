@@ -247,7 +247,12 @@ class NetworkLab:
 
     def client(self) -> contextlib.AbstractContextManager[None]:
         """``with lab.client():`` the calling thread (an event loop's: the SDK opens its
-        sockets there) is in the client namespace until the block ends."""
+        sockets there) is in the client namespace until the block ends.
+
+        Keep the block around the whole life of what is tested: a socket stays in the
+        namespace it was opened in, but the thread leaves at the block's end, and what it
+        opens afterwards (a reconnect's new socket, an address poll) is in the caller's
+        namespace. Worker threads keep the namespace they were started in."""
         self._require_open()
         return inside_netns(self.client_netns)
 
