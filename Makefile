@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
 DOCS_JS_STAMP := tools/docs-assets/node_modules/.installed
 
-.PHONY: demo test test-matrix lint docs bench soak diagram clean venv chromium
+.PHONY: demo test test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools
 
 venv: $(STAMP)
 
@@ -47,6 +47,20 @@ chromium:
 	    echo "  sudo apt-get install -y --no-install-recommends chromium" >&2; exit 1; \
 	  fi; }
 
+# nftables and iproute2 (nft, ip, tc) for the network lab (tests/netlab, which runs as root:
+# namespaces, veth pairs, nftables rules): installed when missing and we are root (CI is),
+# else the command to run is printed and the target fails.
+netlab-tools:
+	@{ command -v nft && command -v ip && command -v tc; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "the network lab's tools: apt-get install -y --no-install-recommends nftables iproute2"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null; \
+	  else \
+	    echo "make test needs nftables and iproute2 for the network lab (tests/netlab); run:" >&2; \
+	    echo "  sudo apt-get install -y --no-install-recommends nftables iproute2" >&2; exit 1; \
+	  fi; }
+
 demo: $(STAMP)
 	$(PY) -m avatar_sdk._cli demo
 
@@ -57,8 +71,8 @@ demo: $(STAMP)
 # worker each (the Ray tests: two Ray instances starting at once starve a 2-core machine).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
 
-test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium
-	$(PY) -m pytest -q -m 'not slow' -n $(TEST_WORKERS) --dist loadgroup
+test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools
+	$(PY) -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
 # .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
@@ -66,10 +80,10 @@ test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium
 # with that reason (tests/conftest.py), everything else runs.
 MATRIX ?= 3.12 3.13
 
-test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium $(foreach v,$(MATRIX),.venv-$(v)/.installed)
+test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
-	  echo "== Python $$v: pytest -m 'not slow'"; \
-	  .venv-$$v/bin/python -m pytest -q -m 'not slow' -n $(TEST_WORKERS) --dist loadgroup; \
+	  echo "== Python $$v: pytest -m 'not slow and not netlab'"; \
+	  .venv-$$v/bin/python -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup; \
 	done
 
 .venv-%/.installed: pyproject.toml
@@ -85,6 +99,11 @@ test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium $(foreach v,$(MATRIX),.venv
 
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m slow --timeout 900
+
+# The network lab's full matrix (root; ~15 minutes): loss, blackholes, reject, flaps and a rate
+# limit against an audio+video session, one scenario at a time (each prints its figures).
+netlab: $(STAMP) netlab-tools
+	$(PY) -m pytest -q -s -m netlab -p no:xdist tests/netlab --timeout 900
 
 lint: $(STAMP)
 	$(PY) -m ruff check avatar_sdk tests benchmarks examples tools

@@ -225,6 +225,15 @@ class SessionConfig:
     """Install SIGTERM/SIGINT handlers that close the session (and send
     ``session_completed``) before the process goes; off by default: signal handling belongs
     to the application."""
+    watch_network: bool = True
+    """Notice host network changes by itself (an address added or removed, the default
+    route moved, a carrier lost or regained: netlink on Linux, address polling elsewhere)
+    and react as to ``notify_network_change()``: probe the control socket at once and
+    restart both media channels (``docs/resilience.md``); ``False``: only the application's
+    ``notify_network_change()`` and a detected suspend do that."""
+    network_poll_interval: float = 2.0
+    """Seconds between two looks at the host's addresses where netlink is not available
+    (the polling fallback of ``watch_network``); 0 disables the fallback."""
     quality_interval: float = 0.0
     """Seconds between ``connection_quality`` events; 0 (default) = off: no task, no cost."""
     event_queue_size: int = 10_000

@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet, telemetry, scripted, pipecat
+fleet, telemetry, scripted, pipecat, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -28,6 +28,7 @@ from . import (
     load,
     markdown,
     media,
+    netlab,
     pacing,
     pipecat,
     recovery,
@@ -56,6 +57,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "telemetry": (telemetry.TITLE, telemetry.run),
     "scripted": (scripted.TITLE, scripted.run),
     "pipecat": (pipecat.TITLE, pipecat.run),
+    "netlab": (netlab.TITLE, netlab.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
@@ -65,6 +67,7 @@ DEFAULT = (
     "telemetry",
     "scripted",
     "pipecat",
+    "netlab",
 )  # fmt: skip
 
 

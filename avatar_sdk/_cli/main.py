@@ -21,6 +21,7 @@ from ..errors import AvatarError
 from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
 from .fleet import command as fleet_command
+from .netlab import command as netlab_command
 from .options import TOKEN_ENV, read_token
 from .replay import command as replay_command
 
@@ -53,6 +54,7 @@ def main(*, verbose: bool) -> None:
     avatar-sdk fleet SCENARIO -n 50       many sessions at once: load tests and bot fleets
     avatar-sdk staging serve --port 8765  a standalone staging backend with a fault API
     avatar-sdk replay CASSETTE            replay a recorded session against staging
+    avatar-sdk netlab --loss 5 -- CMD     CMD against staging across a faulty network (root)
     avatar-sdk diagram                    the session state machine as Mermaid
     """
     _configure_logging(verbose)
@@ -226,6 +228,9 @@ main.add_command(fleet_command)
 
 # -- replay (its options live with it) --------------------------------------------------------
 main.add_command(replay_command)
+
+# -- netlab (its options live with it) --------------------------------------------------------
+main.add_command(netlab_command)
 
 
 # -- diagram -----------------------------------------------------------------------------------

@@ -231,8 +231,13 @@ class ConnectionQualityPayload(TypedDict):
 
 
 class NetworkChangedPayload(TypedDict):
-    """The host network changed (``notify_network_change()`` or a detected suspend); the socket
-    is probed at once."""
+    """The host network changed; the socket is probed at once and the media restarted.
+    ``cause``: ``"application"`` (``notify_network_change()``), ``"resume"`` (a detected
+    suspend) or ``"detected"`` (``SessionConfig.watch_network``); ``detail``: what changed
+    (``"address 10.0.0.3 added"``), empty when not known."""
+
+    cause: Literal["application", "resume", "detected"]
+    detail: str
 
 
 class IdleTimeoutPayload(TypedDict):

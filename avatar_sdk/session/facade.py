@@ -32,6 +32,8 @@ from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
+from ..transport.netchange import brings_a_path
+from ..transport.netwatch import NetworkWatcher
 from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
 from ..transport.tls import client_context
@@ -63,6 +65,9 @@ _NO_BOUND = 1e9
 
 class AvatarSession(EventSource):
     """One live conversation with an avatar. See ``docs/`` for the full guide."""
+
+    #: The host network watcher (``SessionConfig.watch_network``), once connected.
+    network_watcher: NetworkWatcher | None = None
 
     def __init__(
         self,
@@ -317,9 +322,16 @@ class AvatarSession(EventSource):
             events_emitted=self._bus.emitted, events_dropped=self._bus.dropped
         )
 
-    def notify_network_change(self) -> None:
-        """The host's network changed: probe the control socket at once."""
-        self._recovery.notify_network_change()
+    def notify_network_change(self, *, media: bool = True) -> None:
+        """The host's network changed: probe the control socket at once and restart both
+        media channels (``media=False``: only the probe). The session notices most changes
+        by itself (``SessionConfig.watch_network``)."""
+        self._recovery.notify_network_change(media=media)
+
+    def _network_changed(self, what: str) -> None:
+        # Only a change that brings a new path is acted on (netchange.brings_a_path).
+        act = brings_a_path(what)
+        self._recovery.notify_network_change(cause="detected", detail=what, probe=act, media=act)
 
     async def switch_audio(self, track: Any) -> None:
         """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""
@@ -428,6 +440,13 @@ class AvatarSession(EventSource):
             spawn(self._recovery.media.watchdog(), "media-watchdog")
         if cfg.socket_probe_interval > 0:
             spawn(self._recovery.socket_watchdog(), "socket-watchdog")
+        if cfg.watch_network:
+            self.network_watcher = NetworkWatcher(
+                self._network_changed,
+                clock=self._clock,
+                poll_interval=cfg.network_poll_interval,
+            )
+            spawn(self.network_watcher.run(), "network-watch")
         self._completion.hold()
         hooks = default_hooks()
         hooks.track(self._completion)

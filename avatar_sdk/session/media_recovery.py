@@ -124,6 +124,26 @@ class MediaTier:
                 else:
                     self._start_media_recovery(link, lanes, channel, why)
 
+    def network_changed(self, why: str) -> None:
+        """The host's network changed: each media channel of the current link that is not
+        already recovering is restarted (an ICE restart or renegotiation on the paths the
+        host has now), once the control socket answers a probe; a socket that does not is
+        left to the socket tiers, after which the media is judged again."""
+        link = self._slot.current
+        lanes = link.lanes if link is not None else None
+        if link is None or lanes is None or not self._machine.usable:
+            return
+        tasks = self._slot.tasks(link)
+        for channel in ("asr", "stv"):
+            peer = lanes.asr if channel == "asr" else lanes.stv
+            if peer is None or tasks.running(channel) is not None:
+                continue
+            tasks.spawn(
+                self._check_socket_first(link, lanes, channel, f"network changed ({why})"),
+                f"media-check-{channel}",
+                key=channel,
+            )
+
     async def _tick(self, lanes: MediaLanes | None) -> None:
         """One tick of the clock, cut short when a peer of ``lanes`` fails outright
         (aiortc's state event), so a dead peer is looked at at once."""

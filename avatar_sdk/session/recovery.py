@@ -419,7 +419,7 @@ class RecoveryController:
                 # The host slept (the wall clock moved, the monotonic one did not): every
                 # connection may be dead without anyone having said so. Probe now.
                 log.info("host resumed after ~%.1fs asleep; probing the connection", away)
-                self.notify_network_change()
+                self.notify_network_change(cause="resume", detail=f"asleep ~{away:.0f}s")
             link = self._slot.current
             if link is None or not link.connected:
                 continue
@@ -441,11 +441,22 @@ class RecoveryController:
             await link.channel.drop("ping timeout")
         return False
 
-    def notify_network_change(self) -> None:
-        """The host's network changed: probe the control socket at once."""
+    def notify_network_change(
+        self,
+        *,
+        cause: str = "application",
+        detail: str = "",
+        probe: bool = True,
+        media: bool = True,
+    ) -> None:
+        """The host's network changed: probe the control socket at once and (``media``)
+        restart both media channels, each once the socket has answered a probe.
+        ``probe=False``: only say so (a change that took paths away and gave none)."""
         if self._machine.terminal:
             return
         link = self._slot.current
-        if link is not None:
+        if link is not None and probe:
             link.channel.last_activity = 0.0  # the next watchdog tick probes at once
-        self._emit("network_changed", {})
+        self._emit("network_changed", {"cause": cause, "detail": detail})
+        if media and probe:
+            self.media.network_changed(detail or cause)

@@ -1,5 +1,6 @@
 """Testing tools shipped with the SDK: a protocol-faithful staging backend with faults (also
-in a child process, :class:`StagingProcess`, for load runs), the
+in a child process, :class:`StagingProcess`, for load runs), a network lab in kernel
+namespaces (:class:`NetworkLab`), the
 pytest plugin's helpers (:func:`expect_events`), and a fake clock.
 
 Names load on first use (PEP 562), so the pytest plugin, which lives in this package, costs
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from .expect import EventSequence, expect_events
     from .faults import Faults
     from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
+    from .netlab import NetworkLab
     from .process import StagingProcess
     from .replay import Divergence, ReplayResult, ReplayServer, replay_cassette
     from .server import StagingServer
@@ -34,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "EventSequence": ".expect",
     "FakeClock": "..clock",
     "Faults": ".faults",
+    "NetworkLab": ".netlab",
     "ReceivedEvent": ".conversation",
     "ReplayResult": ".replay",
     "ReplayServer": ".replay",
@@ -55,6 +58,7 @@ __all__ = [
     "EventSequence",
     "FakeClock",
     "Faults",
+    "NetworkLab",
     "ReceivedEvent",
     "ReplayResult",
     "ReplayServer",

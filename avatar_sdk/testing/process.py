@@ -26,9 +26,15 @@ __all__ = ["StagingProcess"]
 log = sdk_logger(__name__)
 
 
-def _serve(conn: Connection, options: dict[str, Any], levels: dict[str, int]) -> None:
+def _serve(
+    conn: Connection, options: dict[str, Any], levels: dict[str, int], netns: str | None = None
+) -> None:
     """Child entry point: serve until the parent says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    if netns is not None:  # before any socket: every one of them is then in that namespace
+        from .netlab.netns import enter_netns  # noqa: PLC0415
+
+        enter_netns(netns)
     set_logger_levels(levels)  # the parent's: the CLI quiets this chatter
     try:
         asyncio.run(_serve_async(conn, options))
@@ -66,12 +72,20 @@ class StagingProcess:
     ``options`` are :class:`StagingServer` keyword arguments (picklable ones: ``token``,
     ``audio_only``, ``speech_time_scale``, ``recovery_window``...); ``control_api`` is
     always on. ``start_timeout``/``stop_timeout`` bound the child's start and stop (s).
+    ``netns``: the named network namespace the child serves in (the network lab's server
+    side, :class:`~avatar_sdk.testing.NetworkLab`).
     """
 
     def __init__(
-        self, *, start_timeout: float = 60.0, stop_timeout: float = 5.0, **options: Any
+        self,
+        *,
+        start_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+        netns: str | None = None,
+        **options: Any,
     ) -> None:
         self.options = options
+        self.netns = netns
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.url = ""
@@ -98,7 +112,10 @@ class StagingProcess:
         self._conn = parent
         levels = logger_levels()
         self._process = context.Process(
-            target=_serve, args=(child, self.options, levels), name="avatar-staging", daemon=True
+            target=_serve,
+            args=(child, self.options, levels, self.netns),
+            name="avatar-staging",
+            daemon=True,
         )
         try:
             self._process.start()

@@ -50,6 +50,23 @@ def test_missing_npm_is_one_clear_message(tmp_path: Path) -> None:
     assert "npm install" not in proc.stdout  # stopped before trying
 
 
+def test_missing_lab_tools_are_one_clear_message(tmp_path: Path) -> None:
+    """Not root (or no apt-get): the network lab's tools are not installed but named, with
+    the command that installs them."""
+    proc = subprocess.run(
+        [str(MAKE), "netlab-tools"],
+        cwd=ROOT,
+        env=_bare_path(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "make test needs nftables and iproute2" in proc.stderr
+    assert "apt-get install -y --no-install-recommends nftables iproute2" in proc.stderr
+
+
 def test_workers_follow_the_cpus() -> None:
     proc = subprocess.run(
         [

@@ -54,6 +54,7 @@ PURE = [
     "avatar_sdk.guards.watchdogs",
     "avatar_sdk.guards.tools",
     "avatar_sdk.transport.cadence",
+    "avatar_sdk.transport.netchange",
     "avatar_sdk.scripted.protocol",
 ]
 FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")

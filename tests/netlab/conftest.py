@@ -1,0 +1,33 @@
+"""The network lab's tests need Linux, root and the ip/tc/nft tools (the Makefile's
+``netlab-tools`` installs the tools as root). Without them every lab test fails with what is
+missing and its fix: a skip would let a machine without the lab report it as passing. A
+developer who cannot run as root opts out explicitly with ``AVATAR_SDK_NETLAB=off`` (the
+tests are then skipped, saying why)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from avatar_sdk.testing.netlab import NetworkLab, requirements
+
+OPT_OUT = "AVATAR_SDK_NETLAB"
+
+
+@pytest.fixture(autouse=True)
+def _lab_available() -> None:
+    problem = requirements()
+    if problem is None:
+        return
+    if os.environ.get(OPT_OUT) == "off":
+        pytest.skip(f"{OPT_OUT}=off: {problem}")
+    pytest.fail(f"{problem}\n(or opt out of the lab's tests with {OPT_OUT}=off)", pytrace=False)
+
+
+@pytest_asyncio.fixture
+async def lab() -> AsyncIterator[NetworkLab]:
+    async with NetworkLab() as opened:
+        yield opened
