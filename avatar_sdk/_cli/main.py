@@ -238,7 +238,16 @@ def diagram() -> None:
 
 
 # -- staging serve -----------------------------------------------------------------------------
-async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
+async def serve(
+    host: str,
+    port: int,
+    token: str | None,
+    advertise_host: str | None = None,
+    *,
+    max_conversation_length: float | None = None,
+    time_warning_before: float | None = None,
+    one_session_per_thread: bool = False,
+) -> int:
     """Run the staging backend until interrupted, with its HTTP control API
     (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
     # Here, not at the top: the staging server pulls in aiortc, PyAV, Socket.IO and aiohttp
@@ -248,7 +257,14 @@ async def serve(host: str, port: int, token: str | None, advertise_host: str | N
     from ..testing.scripted import AGENTIC_PREFIX  # noqa: PLC0415
 
     staging = StagingServer(
-        host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
+        host=host,
+        port=port,
+        token=token,
+        advertise_host=advertise_host,
+        control_api=True,
+        max_conversation_length=max_conversation_length,
+        time_warning_before=time_warning_before,
+        concurrent_thread_sessions=not one_session_per_thread,
     )
     await staging.start()
     url = staging.public_url
@@ -295,7 +311,35 @@ def staging() -> None:
     metavar="NAME",
     help="Host name in the URLs handed to clients (the WHEP URL), instead of --host.",
 )
-def staging_serve(*, host: str, port: int, token: str | None, advertise_host: str | None) -> None:
+@click.option(
+    "--max-conversation-length",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Cap every server session like the service: warning, then expired + ended.",
+)
+@click.option(
+    "--time-warning-before",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="How long before the cap the warning comes (default: 60, or a quarter of the cap).",
+)
+@click.option(
+    "--one-session-per-thread",
+    is_flag=True,
+    help="Refuse a second live server session on a thread (throwToNoAgent).",
+)
+def staging_serve(
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    advertise_host: str | None,
+    max_conversation_length: float | None,
+    time_warning_before: float | None,
+    one_session_per_thread: bool,
+) -> None:
     """Run it standalone until Ctrl-C; prints its URL and token as JSON on the first line.
 
     Faults and brain scripts over HTTP: POST URL/_control/faults/NAME or
@@ -303,7 +347,17 @@ def staging_serve(*, host: str, port: int, token: str | None, advertise_host: st
     Ctrl-C, 3 when it cannot listen (the port is taken).
     """
     try:
-        code = asyncio.run(serve(host, port, token, advertise_host))
+        code = asyncio.run(
+            serve(
+                host,
+                port,
+                token,
+                advertise_host,
+                max_conversation_length=max_conversation_length,
+                time_warning_before=time_warning_before,
+                one_session_per_thread=one_session_per_thread,
+            )
+        )
     except KeyboardInterrupt:
         click.echo("avatar-sdk: interrupted", err=True)
         code = exits.INTERRUPTED
