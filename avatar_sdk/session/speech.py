@@ -318,6 +318,10 @@ class Replies:
         for handle in live:
             handle._fail(error)
 
+    def awaiting(self) -> int:
+        """Turns sent whose reply has not ended yet (a renewal waits for none)."""
+        return sum(1 for h in self._live if h.is_sent and not h._match.ended and h._error is None)
+
     # -- the floor --------------------------------------------------------------------------
     @property
     def ended(self) -> AvatarError | None:

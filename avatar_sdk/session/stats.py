@@ -31,6 +31,8 @@ class _Counts(TypedDict):
     connect_duration: float | None
     events_dropped: int
     turns_resent: int
+    renewals: int
+    renewal_gaps: list[float]
     #: Present once a silently dead socket was found (as before the counters were typed).
     dead_socket_detections: NotRequired[int]
 
@@ -63,6 +65,16 @@ class SessionStats:
     connect_duration: float | None = None
     turns_resent: int = 0
     dead_socket_detections: int = 0
+    #: Renewals past the server's time cap, and their gaps (seconds, the last 100).
+    renewals: int = 0
+    renewal_gaps: list[float] = field(default_factory=list)
+
+    def record_renewal(self, gap: float | None) -> None:
+        """Count a renewal and keep its gap (the last 100)."""
+        self.renewals += 1
+        if gap is not None:
+            self.renewal_gaps.append(gap)
+            del self.renewal_gaps[:-KEEP_DURATIONS]
 
     def record_recovery(self, tier: Tier, duration: float) -> None:
         """Count a recovery of ``tier`` and keep its duration (the last 100 per tier)."""
@@ -82,6 +94,8 @@ class SessionStats:
             "connect_duration": self.connect_duration,
             "events_dropped": events_dropped,
             "turns_resent": self.turns_resent,
+            "renewals": self.renewals,
+            "renewal_gaps": list(self.renewal_gaps),
         }
         if self.dead_socket_detections:
             counts["dead_socket_detections"] = self.dead_socket_detections

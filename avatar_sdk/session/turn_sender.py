@@ -28,14 +28,8 @@ from ..logs import sdk_logger
 from ..taps import NO_TAPS, Point, Taps
 from ..wire import (
     MAX_TEXT,
-    AgentInterrupted,
-    AgentStartSpeech,
-    AskPermissions,
     InboundEvent,
     Out,
-    StvFinishedGenerating,
-    StvFinishedTalking,
-    StvStartedTalking,
     build_barge_in_marker,
     build_text_entered,
     clamp_text,
@@ -130,6 +124,11 @@ class TurnDesk:
         self._held: deque[tuple[str, asyncio.Future[None], OnSent | None]] = deque()
         self._evidence = asyncio.Event()
 
+    @property
+    def held(self) -> int:
+        """Turns held now (waiting for the session or the gate)."""
+        return len(self._held)
+
     def check(self, text: object) -> str:
         """``text`` as it would be sent, or the ``AvatarError`` ``speak()`` raises now (an
         empty text, a state that takes no turns)."""
@@ -204,19 +203,8 @@ class TurnDesk:
     def observe_turn(self, event: InboundEvent) -> bool:
         """Feed the gate one inbound event. True when it just opened with turns held: the
         caller sends them now (``flush(join=True)``)."""
-        gate = self.gate
-        opened = False
-        if isinstance(event, AskPermissions):
-            gate.expect_opening()
-        elif isinstance(event, AgentStartSpeech):
-            opened = gate.speech_started(event.speech_id, event.is_new_turn)
-        elif isinstance(event, StvStartedTalking):
-            gate.talking_started()
-        elif isinstance(event, StvFinishedTalking | AgentInterrupted):
-            opened = gate.talking_finished()
-        elif isinstance(event, StvFinishedGenerating):
-            opened = gate.generation_finished(event.speech_id)
-        else:
+        opened = self.gate.feed(event)
+        if opened is None:
             return False
         self._sync_gate()
         return opened and bool(self._held)
@@ -290,7 +278,7 @@ class TurnDesk:
         now are resent once when no evidence comes within ``turn_confirm_timeout``, then
         held turns go out, in the order they were spoken. The cut-off is taken now, so a
         turn spoken after the recovery is never mistaken for a lost one."""
-        through = self.ledger.new_epoch() if tier in ("socket", "cold") else 0
+        through = self.ledger.new_epoch() if tier in ("socket", "cold", "renewal") else 0
         return self._deliver(tier, through)
 
     async def _deliver(self, tier: str, through: int) -> None:
