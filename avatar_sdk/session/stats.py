@@ -31,10 +31,11 @@ class _Counts(TypedDict):
     connect_duration: float | None
     events_dropped: int
     turns_resent: int
-    renewals: int
-    renewal_gaps: list[float]
     #: Present once a silently dead socket was found (as before the counters were typed).
     dead_socket_detections: NotRequired[int]
+    #: Present once a renewal happened (``docs/lifecycle.md``, Long conversations).
+    renewals: NotRequired[int]
+    renewal_gaps: NotRequired[list[float]]
 
 
 class StatsSnapshot(_Counts):
@@ -94,13 +95,15 @@ class SessionStats:
             "connect_duration": self.connect_duration,
             "events_dropped": events_dropped,
             "turns_resent": self.turns_resent,
-            "renewals": self.renewals,
-            "renewal_gaps": list(self.renewal_gaps),
         }
         if self.dead_socket_detections:
             counts["dead_socket_detections"] = self.dead_socket_detections
+        if self.renewals:
+            counts["renewals"] = self.renewals
+            counts["renewal_gaps"] = list(self.renewal_gaps)
         return {**counts, "events_emitted": events_emitted}
 
 
-#: Every key a snapshot may hold (``dead_socket_detections`` only once it is non-zero).
+#: Every key a snapshot may hold (``dead_socket_detections``, ``renewals`` and
+#: ``renewal_gaps`` only once they count something).
 STATS_KEYS: Final = StatsSnapshot.__required_keys__ | StatsSnapshot.__optional_keys__

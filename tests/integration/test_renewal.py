@@ -219,7 +219,7 @@ async def test_renewal_is_off_by_default_and_the_cap_ends_the_session(
     ended = session.expect("ended", timeout=HANG_GUARD)
     await session.connect()
     assert (await ended).data["reason"] == "conversation_ended"
-    assert session.stats()["renewals"] == 0
+    assert session.stats().get("renewals", 0) == 0
 
 
 async def test_max_renewals_bounds_what_an_app_runs_up(
@@ -231,7 +231,7 @@ async def test_max_renewals_bounds_what_an_app_runs_up(
     ended = session.expect("ended", timeout=HANG_GUARD)
     await session.connect()
     assert (await ended).data["reason"] == "conversation_ended"
-    assert session.stats()["renewals"] == 0
+    assert session.stats().get("renewals", 0) == 0
 
 
 async def test_renew_refused_when_not_connected(make_session: SessionFactory) -> None:
