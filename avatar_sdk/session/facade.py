@@ -248,13 +248,6 @@ class AvatarSession(EventSource):
             emit=self._bus.emit, spawn=self._supervisor.spawn,
             on_outcome=self._endings.settle, stats=self._stats,
         )  # fmt: skip
-        self._inbound = InboundHandler(
-            config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
-            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
-            view=self._view,
-            guards=self._guards, completion=self._completion, idle=self._idle,
-            emit=self._bus.emit, stats=self._stats,
-        )  # fmt: skip
         self._renewal = RenewalController(
             machine=machine, config=cfg, clock=self._clock, slot=self._slot,
             builder=self._builder,
@@ -264,9 +257,17 @@ class AvatarSession(EventSource):
                 abandon_tool_calls=self._abandon_tool_calls, outputs=self._outputs,
                 uplink=self._uplink_track, thread_id=lambda: self._view.thread_id,
                 recover_cold=self._recovery.recover_cold,
+                end=lambda: self._endings.end("conversation_ended", ErrorCode.SERVER_ENDED),
             ),
             emit=self._bus.emit, spawn=self._supervisor.spawn, stats=self._stats,
             media=self._media,
+        )  # fmt: skip
+        self._inbound = InboundHandler(
+            config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
+            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
+            view=self._view,
+            guards=self._guards, completion=self._completion, idle=self._idle,
+            emit=self._bus.emit, stats=self._stats, renewal=self._renewal,
         )  # fmt: skip
         self._bus.on("time_warning", lambda e: self._renewal.warned(e.data.get("remaining")))
         # Wired last: links report to the handler, which needs every part above.

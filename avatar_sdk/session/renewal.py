@@ -89,6 +89,8 @@ class RenewalParts:
     uplink: UplinkTrack
     thread_id: Callable[[], str | None]
     recover_cold: Callable[[str], Awaitable[Any]]
+    #: End the session as the server ended it (a capped server session nothing replaced).
+    end: Callable[[], Coroutine[Any, Any, None]]
 
 
 class RenewalController:
@@ -123,6 +125,10 @@ class RenewalController:
         self._prepared: dict[ServerLink, _Prepared] = {}
         self._running: asyncio.Task[None] | None = None
         self._connected_at: float | None = None
+        #: The current server session reached its cap (``conversationTimeExpired``), and
+        #: then ended (``conversationEnded``) with a renewal to take over.
+        self._expired = False
+        self._ended_current = False
         self.listener = LinkListener(self._on_inbound, self._on_protocol_error, self._on_disconnect)
 
     # -- facts ------------------------------------------------------------------------------
@@ -131,12 +137,37 @@ class RenewalController:
         or a swap): its own cap counts from its approval."""
         at = link.approved_at if link.approved_at is not None else self._clock.monotonic()
         self.time.start(at)
+        self._expired = self._ended_current = False
         if self._connected_at is None:
             self._connected_at = at
 
     def warned(self, remaining: float | None) -> None:
         """The current server session's ``time_warning``."""
         self.time.warn(remaining, self._clock.monotonic())
+
+    def expired(self) -> None:
+        """The current server session's ``conversationTimeExpired``: its cap is reached."""
+        self._expired = True
+
+    def take_over(self) -> bool:
+        """The current server session ended (``conversationEnded``). True when that was its
+        cap and a renewal carries the conversation on (the one running swaps at once, or a
+        break-before-make starts now); False: the session ends as the server said."""
+        if not self._expired:
+            return False  # ended on purpose (hung up), not by the cap
+        due = renewal_due(
+            self._policy,
+            0.0,
+            renewals=self._stats.renewals,
+            running_for=self._clock.monotonic() - (self._connected_at or 0.0),
+        )
+        if due != "now" and not self.renewing:
+            return False
+        self._ended_current = True
+        if not self.renewing and self._machine.connected:
+            log.info("the server session reached its cap before a renewal: renewing now")
+            self._running = self._spawn(self._renew("time_cap"), "renewal")
+        return self.renewing
 
     @property
     def time_left(self) -> float | None:
@@ -190,6 +221,8 @@ class RenewalController:
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, AvatarError) and exc.retryable
 
+        if self._ended_current:
+            strategy = "break_before_make"  # nothing left to keep: the old one has ended
         try:
             if strategy == "make_before_break":
                 async for attempt in AsyncRetrying(
@@ -206,6 +239,10 @@ class RenewalController:
         except _Refused:
             strategy = "break_before_make"
         except AvatarError as error:
+            if self._ended_current:
+                log.warning("renewal gave up (%s) after the cap ended the session", error.code)
+                self._spawn(self._parts.end(), "end")
+                return
             log.warning("renewal gave up (%s); the current link is kept until the cap", error.code)
             return
         await self._break_before_make()
@@ -304,6 +341,10 @@ class RenewalController:
             )
             if prepared.lost.is_set():
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "the new link dropped")
+            if link.lanes is not None and link.lanes.gate_capped:
+                # A first connect goes on with such a downlink; a renewal keeps the link
+                # that plays instead, and tries again.
+                raise AvatarError(ErrorCode.MEDIA_FAILED, "the new link never became playable")
             await self._opening_over(prepared)
         except AvatarError as error:
             await self._discard(prepared)
@@ -340,6 +381,8 @@ class RenewalController:
         while not prepared.lost.is_set():
             if self._parts.boundary().reached:
                 return True
+            if self._ended_current:
+                return False  # the old server session is gone: swap now, cut or not
             if clock.monotonic() >= deadline or self._machine.terminal:
                 return self._parts.boundary().reached
             await clock.sleep(min(0.05, max(0.0, deadline - clock.monotonic())))

@@ -189,22 +189,30 @@ async def test_no_boundary_before_the_last_safe_moment_cuts_the_turn(
     assert (await renewed).data["cut_turn"] is True
 
 
-@pytest.mark.parametrize("fault", ["drop", "whep_404"])
+@pytest.mark.parametrize("fault", ["drop", "whep_404", "unplayable"])
 async def test_a_failing_new_link_keeps_the_current_one_and_is_retried(
     staging: StagingServer, make_session: SessionFactory, fault: str
 ) -> None:
-    media = fault == "whep_404"
+    media = fault != "drop"
     session = make_session(thread_id=f"thr-fault-{fault}", config=RENEWING, media=media)
     await session.connect(wait_for_greeting=True)
     first_sid = staging.live_sids[0]
+    attempts = session.expect("session_renewing", timeout=HANG_GUARD)
     if fault == "whep_404":
         staging.faults.whep_404(times=1)
+    elif fault == "unplayable":
+        staging.faults.unplayable_whep(times=1)
     else:
         staging.faults.refuse_joins(times=1)  # the new link's socket is dropped at join
     renewed = session.expect("session_renewed", timeout=HANG_GUARD * 2)
     await asyncio.wait_for(session.renew(), HANG_GUARD * 2)
     done = (await renewed).data
+    await attempts
     assert done["thread_id"] == f"thr-fault-{fault}"
+    # The first attempt failed and was given up; a second one on a new socket replaced it.
+    joins = staging.received_events("join")
+    assert len(joins) == 3  # the first connect, the failed attempt, the retry
+    assert session.stats()["renewals"] == 1
     assert await until(lambda: first_sid not in staging.live_sids, HANG_GUARD)
     assert session.state == "connected"
     reply = await session.ask("still here?", timeout=HANG_GUARD)
@@ -243,3 +251,36 @@ async def test_renew_refused_when_not_connected(make_session: SessionFactory) ->
 
 def _unused(*_: Any) -> None:  # keeps the typing imports honest
     return None
+
+
+async def test_a_cap_that_was_never_announced_is_renewed_when_it_ends(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    capped(staging, cap=2.5, warning=0.0)  # no warning: the cap is known only when it ends
+    session = make_session(thread_id="thr-unannounced", config=RENEWING)
+    seen = Recorder(session)
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD * 2)
+    await session.connect(wait_for_greeting=True)
+    await session.ask("the green umbrella", timeout=HANG_GUARD)
+    staging.max_conversation_length = None  # the renewed server session is not capped
+    done = (await renewed).data
+    assert done["strategy"] == "break_before_make"
+    assert len(staging.expired_sids) == 1
+    assert session.state == "connected"
+    assert "ended" not in [e.name for e in seen.events]
+    assert seen.greetings() == 1
+    recall = await session.ask(RECALL_PROMPT, timeout=HANG_GUARD)
+    assert recall.text == "Before, you said: the green umbrella"
+    # Only a warning tells the cap: an unannounced one leaves time_left unknown.
+    assert session.time_left is None
+
+
+async def test_a_conversation_ended_on_purpose_is_not_renewed(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(config=RENEWING)
+    ended = session.expect("ended", timeout=HANG_GUARD)
+    await session.connect()
+    await staging.faults.end_conversation(expired=False)
+    assert (await ended).data["reason"] == "conversation_ended"
+    assert session.stats().get("renewals", 0) == 0
