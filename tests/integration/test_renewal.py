@@ -284,3 +284,46 @@ async def test_a_conversation_ended_on_purpose_is_not_renewed(
     await staging.faults.end_conversation(expired=False)
     assert (await ended).data["reason"] == "conversation_ended"
     assert session.stats().get("renewals", 0) == 0
+
+
+async def test_a_pending_tool_call_is_answered_on_the_old_link_before_the_swap(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    session = make_session(thread_id="thr-tool", genie_url=staging.genie_url, config=RENEWING)
+    await session.connect(wait_for_greeting=True)
+    called = session.expect("tool_call", timeout=HANG_GUARD)
+    staging.brain.tool_calls(['show_slide {"n": 3}'], then="Shown.", wait_for_response=True)
+    await session.ask("show me slide three", timeout=HANG_GUARD)
+    call = (await called).data
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+    renewal = asyncio.ensure_future(session.renew())
+    # The swap waits for the answer: the tool call is still pending on the old link.
+    assert await until(lambda: len(staging.live_sids) == 2, HANG_GUARD)
+    assert not renewal.done()
+    outcome = await session.respond_to_tool(call["call_id"], {"shown": 3})
+    assert outcome == {"ok": True, "reason": "ok"}
+    await asyncio.wait_for(renewal, HANG_GUARD)
+    done = (await renewed).data
+    assert done["cut_turn"] is False and done["abandoned_tool_calls"] == []
+    assert [r["tool_id"] for r in staging.tool_responses] == [call["call_id"]]
+
+
+async def test_a_tool_call_still_pending_at_the_last_safe_moment_is_reported_abandoned(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    policy = RenewalPolicy(lead_time=3.5, boundary_wait=0.5, safety_margin=1.0)
+    session = make_session(
+        thread_id="thr-tool-cut", genie_url=staging.genie_url, config=FAST.with_(renewal=policy)
+    )
+    await session.connect(wait_for_greeting=True)
+    called = session.expect("tool_call", timeout=HANG_GUARD)
+    staging.brain.tool_calls(['show_slide {"n": 4}'], then="Shown.", wait_for_response=True)
+    await session.ask("show me slide four", timeout=HANG_GUARD)
+    call = (await called).data
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+    await asyncio.wait_for(session.renew(), HANG_GUARD)
+    done = (await renewed).data
+    assert done["cut_turn"] is True
+    assert done["abandoned_tool_calls"] == [call["call_id"]]
+    late = await session.respond_to_tool(call["call_id"], {"shown": 4})
+    assert late["ok"] is False  # never silently taken for an answer
