@@ -131,6 +131,12 @@ def main(*, verbose: bool) -> None:
     show_default=True,
     help="Connect attempts for errors a retry can fix (backoff between them).",
 )
+@click.option(
+    "--renew",
+    is_flag=True,
+    help="Renew the server session before the server's time cap ends it, on the same "
+    "thread (RenewalPolicy defaults; docs/lifecycle.md).",
+)
 def talk(
     *,
     url: str,
@@ -149,6 +155,7 @@ def talk(
     settings: tuple[str, ...],
     reply_timeout: float,
     connect_attempts: int,
+    renew: bool,
 ) -> None:
     """Hold a headless conversation with the avatar at URL.
 
@@ -164,6 +171,10 @@ def talk(
         config = session_config(settings)
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from None
+    if renew and config.renewal is None:
+        from ..config import RenewalPolicy  # noqa: PLC0415
+
+        config = config.with_(renewal=RenewalPolicy())
     token = read_token(token_file)
     from .talk import TalkOptions  # noqa: PLC0415 - loads the session stack
     from .talk import talk as run_talk  # noqa: PLC0415

@@ -253,7 +253,7 @@ class AvatarSession(EventSource):
             builder=self._builder,
             parts=RenewalParts(
                 boundary=self._boundary, restore=self._user.on_new_session,
-                deliver=lambda: self._desk.after_recovery("renewal"),
+                deliver=self._after_renewal,
                 abandon_tool_calls=self._abandon_tool_calls, outputs=self._outputs,
                 uplink=self._uplink_track, thread_id=lambda: self._view.thread_id,
                 recover_cold=self._recovery.recover_cold,
@@ -352,6 +352,16 @@ class AvatarSession(EventSource):
             awaiting_replies=self._replies.awaiting(),
             pending_tool_calls=len(self._guards.acks),
         )
+
+    async def _after_renewal(self, cut: bool) -> None:
+        """After a renewal's swap: turns held or unconfirmed go out on the new server
+        session; with a cut turn, the turns whose answer had not ended are asked again."""
+        deliver = self._desk.after_recovery("renewal")  # its cut-off is taken now
+        if cut:
+            texts = self._replies.cut()
+            self._desk.reset_gate()
+            await self._desk.resend_cut(texts)
+        await deliver
 
     def _abandon_tool_calls(self) -> list[str]:
         """A forced swap: the old server session's pending tool calls can no longer be

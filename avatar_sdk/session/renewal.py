@@ -83,7 +83,9 @@ class RenewalParts:
 
     boundary: Callable[[], Boundary]
     restore: Callable[[ServerLink], Awaitable[None]]
-    deliver: Callable[[], Coroutine[Any, Any, None]]
+    #: After the swap: held and unconfirmed turns go out on the new link; with ``True``
+    #: (the swap cut a turn), the turns whose answer had not ended are sent again there.
+    deliver: Callable[[bool], Coroutine[Any, Any, None]]
     abandon_tool_calls: Callable[[], list[str]]
     outputs: dict[str, FanoutTrack]
     uplink: UplinkTrack
@@ -189,6 +191,7 @@ class RenewalController:
                 self.time_left,
                 renewals=self._stats.renewals,
                 running_for=self._clock.monotonic() - (self._connected_at or 0.0),
+                cap=self.time.known_cap,
             )
             if due == "now":
                 await self.renew("time_cap")
@@ -256,6 +259,7 @@ class RenewalController:
                 ready_at=self._clock.monotonic(),
                 now=self._clock.monotonic(),
                 left=self.time_left,
+                cap=self.time.known_cap,
             )
             cut = not await self._until_boundary(prepared, deadline)
             if prepared.lost.is_set():
@@ -272,7 +276,8 @@ class RenewalController:
         self._swap(prepared, old)
         if old is not None:
             self._spawn(self._close_old(old), "renewal-close-old")
-        self._spawn(self._parts.deliver(), "turn-delivery")
+        # A cut turn's answer will never end on the old link: the new one answers it.
+        self._spawn(self._parts.deliver(cut), "turn-delivery")
         await self._renewed("make_before_break", prepared.link, last_frame, cut, abandoned)
 
     # -- break before make ------------------------------------------------------------------
@@ -315,7 +320,7 @@ class RenewalController:
         self._swap(prepared, None)
         if not m.try_fire("renewed"):
             return  # the session ended meanwhile: its endings close the slot
-        self._spawn(self._parts.deliver(), "turn-delivery")
+        self._spawn(self._parts.deliver(False), "turn-delivery")
         await self._renewed("break_before_make", prepared.link, last_frame, False, [])
 
     # -- the parts --------------------------------------------------------------------------

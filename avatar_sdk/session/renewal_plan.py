@@ -44,6 +44,11 @@ class TimeLeft:
             if self.started_at is not None:
                 self.learned = (at - self.started_at) + float(remaining)
 
+    @property
+    def known_cap(self) -> float | None:
+        """The cap as best known: told by a warning, else the configured one."""
+        return self.learned if self.learned is not None else self.cap
+
     def left(self, now: float) -> float | None:
         if self.warned is not None:
             remaining, at = self.warned
@@ -56,6 +61,22 @@ class TimeLeft:
 
 Due = Literal["now", "later", "never"]
 
+#: A renewal starts no earlier than this fraction of the cap before its end, and the last
+#: safe moment is no earlier than this fraction of the lead time before it: a policy
+#: written for a 10-minute cap stays sensible on a short one (a renewal every half cap at
+#: most, instead of one right after another).
+LEAD_FRACTION = 0.5
+MARGIN_FRACTION = 0.25
+
+
+def effective_lead(policy: RenewalPolicy, cap: float | None) -> tuple[float, float]:
+    """(lead time, safety margin) for a cap of ``cap`` seconds (None: unknown): the
+    policy's, shortened on a cap too short for them."""
+    lead = policy.lead_time
+    if cap is not None:
+        lead = min(lead, cap * LEAD_FRACTION)
+    return lead, min(policy.safety_margin, lead * MARGIN_FRACTION)
+
 
 def renewal_due(
     policy: RenewalPolicy | None,
@@ -63,6 +84,7 @@ def renewal_due(
     *,
     renewals: int,
     running_for: float,
+    cap: float | None = None,
 ) -> Due:
     """Whether a renewal starts now: ``"now"`` once ``left`` is within the policy's lead
     time; ``"never"`` when renewal is off or out of budget (``max_renewals``,
@@ -73,20 +95,26 @@ def renewal_due(
         return "never"
     if policy.max_duration is not None and running_for >= policy.max_duration:
         return "never"
-    if left is None or left > policy.lead_time:
+    if left is None or left > effective_lead(policy, cap)[0]:
         return "later"
     return "now"
 
 
 def swap_deadline(
-    policy: RenewalPolicy, *, ready_at: float, now: float, left: float | None
+    policy: RenewalPolicy,
+    *,
+    ready_at: float,
+    now: float,
+    left: float | None,
+    cap: float | None = None,
 ) -> float:
     """The latest moment (session clock) the swap waits for a turn boundary: the policy's
     ``boundary_wait`` after the new link was ready, and never past the last safe moment
     (``safety_margin`` before the cap)."""
     deadline = ready_at + policy.boundary_wait
     if left is not None:
-        deadline = min(deadline, now + max(0.0, left - policy.safety_margin))
+        margin = effective_lead(policy, cap)[1]
+        deadline = min(deadline, now + max(0.0, left - margin))
     return deadline
 
 

@@ -303,6 +303,22 @@ class TurnDesk:
             self._stats.turns_resent += 1
             self._emit("turn_resent", {"text": turn.text, "tier": tier})
 
+    async def resend_cut(self, texts: list[str]) -> None:
+        """A renewal's swap cut these turns' answers short (their server session is gone):
+        each is sent once more on the new one (``turn_resent`` {tier: "renewal"}), except
+        one still unconfirmed, which :meth:`after_recovery` resends anyway."""
+        unconfirmed = {t.text for t in self.ledger.unconfirmed()}
+        for text in dict.fromkeys(texts):
+            if text in unconfirmed or not self._machine.may_send_turn:
+                continue
+            try:
+                await self._send_turn(text, resend=True)
+            except AvatarError as error:
+                log.info("a cut turn was not resent (%s)", error.code)
+                return
+            self._stats.turns_resent += 1
+            self._emit("turn_resent", {"text": text, "tier": "renewal"})
+
     async def resend_after_spiral(self, text: str) -> bool:
         """The hard spiral tier rebuilt the server session: resend the abandoned turn once,
         prefixed, with no barge-in marker (the new server session is idle)."""

@@ -185,8 +185,18 @@ async def test_no_boundary_before_the_last_safe_moment_cuts_the_turn(
     handle = session.speak("a question the cap cuts short")
     await handle.sent()
     renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+    resent = session.expect("turn_resent", timeout=HANG_GUARD)
     await asyncio.wait_for(session.renew(), HANG_GUARD)
     assert (await renewed).data["cut_turn"] is True
+    # The cut turn's answer never ends on the old server session: asked once more on the
+    # new one, whose answer is the reply.
+    assert (await resent).data == {"text": "a question the cap cuts short", "tier": "renewal"}
+    reply = await handle.reply(timeout=HANG_GUARD)
+    assert reply.text == "You said: a question the cap cuts short"
+    assert reply.resent is True
+    # The session takes the next turn at once: nothing holds the floor.
+    after = await session.ask("and now?", timeout=HANG_GUARD)
+    assert after.text == "You said: and now?"
 
 
 @pytest.mark.parametrize("fault", ["drop", "whep_404", "unplayable"])
@@ -327,3 +337,24 @@ async def test_a_tool_call_still_pending_at_the_last_safe_moment_is_reported_aba
     assert done["abandoned_tool_calls"] == [call["call_id"]]
     late = await session.respond_to_tool(call["call_id"], {"shown": 4})
     assert late["ok"] is False  # never silently taken for an answer
+
+
+async def test_an_answer_whose_playout_a_forced_swap_cuts_frees_the_floor(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    policy = RenewalPolicy(lead_time=3.5, boundary_wait=0.3, safety_margin=1.0)
+    session = make_session(thread_id="thr-cut-talking", config=FAST.with_(renewal=policy))
+    await session.connect(wait_for_greeting=True)
+    long = "A long answer: " + " ".join(f"word{i}" for i in range(240))  # said for 6 s
+    staging.brain.reply(long)
+    talking = session.expect("agent_talking", predicate=lambda e: e.data["talking"] is True)
+    handle = session.speak("tell me everything")
+    await asyncio.wait_for(talking, HANG_GUARD)  # its text is out, its voice goes on
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+    await asyncio.wait_for(session.renew(), HANG_GUARD)
+    assert (await renewed).data["cut_turn"] is True
+    reply = await handle.reply(timeout=HANG_GUARD)
+    assert reply.text == long and reply.resent is False  # answered once: not asked again
+    # The old server session will never say it stopped talking: the floor is free now.
+    after = await session.ask("and now?", timeout=HANG_GUARD)
+    assert after.text == "You said: and now?"

@@ -32,7 +32,7 @@ async def test_ten_minutes_through_a_sixty_second_cap() -> None:
             duration=DURATION,
             cap=CAP,
             warning=15.0,  # the staging default for this cap: a quarter of it
-            policy=RenewalPolicy(),
+            policy=RenewalPolicy(lead_time=12.0),  # renewed at about 48 s of 60
             turn_every=4.0,
             config=SessionConfig(),
         )
