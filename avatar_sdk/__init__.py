@@ -15,7 +15,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from .chat.session import ChatReply, ChatSession, ConverseResult, converse_once
-    from .config import RetryPolicy, SessionConfig
+    from .config import RenewalPolicy, RetryPolicy, SessionConfig
     from .errors import AvatarError, Category, ErrorCode, Severity
     from .events.bus import Event
     from .events.names import EventName
@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "EventName": ".events",
     "Health": ".session",
     "Reply": ".session",
+    "RenewalPolicy": ".config",
     "RetryPolicy": ".config",
     "SayHandle": ".scripted",
     "SayResult": ".scripted",
@@ -66,6 +67,7 @@ __all__ = [
     "Event",
     "EventName",
     "Health",
+    "RenewalPolicy",
     "Reply",
     "RetryPolicy",
     "SayHandle",

@@ -122,6 +122,66 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RenewalPolicy:
+    """Renewal past the server's time cap (``SessionConfig(renewal=RenewalPolicy())``).
+
+    When the server's cap approaches (``time_warning``, or ``max_conversation_length``
+    known in advance), the session opens a second server link on the same thread, lets its
+    opening greeting play there unseen and unheard, and swaps to it at a turn boundary
+    (make-before-break); when the service refuses a second live session on the thread it
+    closes the old link first (break-before-make). ``docs/lifecycle.md`` tells the whole
+    story, and what cannot be known about a real service.
+    """
+
+    lead_time: float = 30.0
+    """Seconds before the cap at which the renewal starts (the second link is joined)."""
+    boundary_wait: float = 15.0
+    """Seconds the swap waits, once the new link is ready, for a turn boundary (the avatar
+    quiet, no user turn unanswered, no tool call pending) before swapping anyway
+    (``session_renewed.cut_turn``); also never later than ``safety_margin`` before the cap."""
+    safety_margin: float = 3.0
+    """Seconds before the cap that are the last safe moment to swap: past it the swap
+    happens at once, mid-turn if need be (``cut_turn``)."""
+    max_renewals: int | None = 100
+    """Renewals at most in the session's life (None: no bound); past it the session ends
+    at the cap like one without renewal. A bound on what an app can run up by accident."""
+    max_duration: float | None = None
+    """Seconds from ``connect()`` after which no renewal starts (None: no bound)."""
+    make_before_break: bool = True
+    """False: always close the old link before joining the new one (break-before-make)."""
+    retry: RetryPolicy = field(
+        default_factory=lambda: RetryPolicy(max_attempts=3, base=0.5, cap=5.0, min_span=0.0)
+    )
+    """Backoff between attempts when a renewal's new link fails (its socket drops, WHEP
+    answers 404, it never becomes playable); the current link is kept meanwhile. Default
+    ``RetryPolicy(max_attempts=3, base=0.5, cap=5.0, min_span=0)``: 3 attempts."""
+
+    def __post_init__(self) -> None:
+        for name in ("lead_time", "boundary_wait", "safety_margin"):
+            value = getattr(self, name)
+            if not _is_seconds(value):
+                raise _invalid("RenewalPolicy", name, "must be a finite number >= 0", value)
+        if self.safety_margin >= self.lead_time and self.lead_time > 0:
+            raise _invalid(
+                "RenewalPolicy", "safety_margin", "must be less than lead_time", self.safety_margin
+            )
+        if self.max_renewals is not None and not _is_count(self.max_renewals):
+            raise _invalid(
+                "RenewalPolicy", "max_renewals", "must be an int >= 0 or None", self.max_renewals
+            )
+        if self.max_duration is not None and not _is_seconds(self.max_duration):
+            raise _invalid(
+                "RenewalPolicy", "max_duration", "must be seconds >= 0 or None", self.max_duration
+            )
+        if not isinstance(self.make_before_break, bool):
+            raise _invalid(
+                "RenewalPolicy", "make_before_break", "must be a bool", self.make_before_break
+            )
+        if not isinstance(self.retry, RetryPolicy):
+            raise _invalid("RenewalPolicy", "retry", "must be a RetryPolicy", self.retry)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionConfig:
     """Timeouts, budgets and guard limits of a session. Every duration is in seconds.
 
@@ -256,6 +316,16 @@ class SessionConfig:
     the session connected; past it ``connect()`` returns anyway (logged at INFO: the session
     is fine, a turn spoken now is still held until the greeting's end)."""
 
+    max_conversation_length: float | None = None
+    """Seconds the server allows one server session (the agent's ``maxConversationLength``,
+    when the app provisioned it and knows it), counted from each server session's approval:
+    ``session.time_left`` counts down from it before any ``time_warning``, and a renewal
+    can be planned without waiting for the warning. None (default): unknown, learned from
+    the server's warning."""
+    renewal: RenewalPolicy | None = None
+    """Renew the server session before the server's cap ends it (a ``RenewalPolicy``); None
+    (default): off, the conversation ends at the cap as the server decides."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             # Annotations are strings here (postponed evaluation); every one is in the table.
@@ -293,6 +363,14 @@ _FIELD_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
     "int | None": (lambda v: v is None or _is_count(v), "must be an int >= 0 or None"),
     "bool": (lambda v: isinstance(v, bool), "must be a bool"),
     "RetryPolicy": (lambda v: isinstance(v, RetryPolicy), "must be a RetryPolicy"),
+    "float | None": (
+        lambda v: v is None or (_is_seconds(v) and float(v) > 0),  # type: ignore[arg-type]
+        "must be seconds > 0 or None",
+    ),
+    "RenewalPolicy | None": (
+        lambda v: v is None or isinstance(v, RenewalPolicy),
+        "must be a RenewalPolicy or None",
+    ),
     "tuple[float, ...]": (
         lambda v: isinstance(v, tuple) and all(_is_seconds(x) for x in v),
         "must be a tuple of finite numbers >= 0",

@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet, telemetry, scripted, pipecat, netlab (root: the network lab)
+fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -32,6 +32,7 @@ from . import (
     pacing,
     pipecat,
     recovery,
+    renewal,
     resilience,
     scripted,
     telemetry,
@@ -57,6 +58,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "telemetry": (telemetry.TITLE, telemetry.run),
     "scripted": (scripted.TITLE, scripted.run),
     "pipecat": (pipecat.TITLE, pipecat.run),
+    "renewal": (renewal.TITLE, renewal.run),
     "netlab": (netlab.TITLE, netlab.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
@@ -67,6 +69,7 @@ DEFAULT = (
     "telemetry",
     "scripted",
     "pipecat",
+    "renewal",
     "netlab",
 )  # fmt: skip
 

@@ -9,7 +9,8 @@ builds, at build time. The sources:
   its fields, their annotations and trailing comments;
 * ``errors`` / ``troubleshooting``: :data:`avatar_sdk.errors.CATALOGUE` and
   :data:`avatar_sdk.troubleshooting.ADVICE`;
-* ``config``: the fields of :class:`SessionConfig` and :class:`RetryPolicy`, their
+* ``config``: the fields of :class:`SessionConfig`, :class:`RetryPolicy` and
+  :class:`RenewalPolicy`, their
   defaults and attribute docstrings;
 * ``state-diagram``: :func:`avatar_sdk.session.machine.mermaid`;
 * ``changelog``: ``CHANGELOG.md``; ``benchmarks``: ``benchmarks/RESULTS.md`` and its chart.
@@ -34,7 +35,7 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
-from avatar_sdk.config import RetryPolicy, SessionConfig
+from avatar_sdk.config import RenewalPolicy, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE, ErrorCode
 from avatar_sdk.events.names import PAYLOADS, EventName
 from avatar_sdk.session.machine import mermaid
@@ -227,7 +228,8 @@ def _config_table(cls: type) -> list[str]:
 
 
 def config_reference() -> str:
-    """``SessionConfig`` and ``RetryPolicy``: every field, its default and meaning."""
+    """``SessionConfig``, ``RetryPolicy`` and ``RenewalPolicy``: every field, its default
+    and meaning."""
     return "\n".join(
         [
             "## `SessionConfig`",
@@ -241,6 +243,12 @@ def config_reference() -> str:
             _rst_to_md(_doc(RetryPolicy)),
             "",
             *_config_table(RetryPolicy),
+            "",
+            "## `RenewalPolicy`",
+            "",
+            _rst_to_md(_doc(RenewalPolicy)),
+            "",
+            *_config_table(RenewalPolicy),
             "",
         ]
     )

@@ -133,6 +133,12 @@ def main(*, verbose: bool) -> None:
     show_default=True,
     help="Connect attempts for errors a retry can fix (backoff between them).",
 )
+@click.option(
+    "--renew",
+    is_flag=True,
+    help="Renew the server session before the server's time cap ends it, on the same "
+    "thread (RenewalPolicy defaults; docs/lifecycle.md).",
+)
 def talk(
     *,
     url: str,
@@ -151,6 +157,7 @@ def talk(
     settings: tuple[str, ...],
     reply_timeout: float,
     connect_attempts: int,
+    renew: bool,
 ) -> None:
     """Hold a headless conversation with the avatar at URL.
 
@@ -166,6 +173,10 @@ def talk(
         config = session_config(settings)
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from None
+    if renew and config.renewal is None:
+        from ..config import RenewalPolicy  # noqa: PLC0415
+
+        config = config.with_(renewal=RenewalPolicy())
     token = read_token(token_file)
     from .talk import TalkOptions  # noqa: PLC0415 - loads the session stack
     from .talk import talk as run_talk  # noqa: PLC0415
@@ -243,7 +254,16 @@ def diagram() -> None:
 
 
 # -- staging serve -----------------------------------------------------------------------------
-async def serve(host: str, port: int, token: str | None, advertise_host: str | None = None) -> int:
+async def serve(
+    host: str,
+    port: int,
+    token: str | None,
+    advertise_host: str | None = None,
+    *,
+    max_conversation_length: float | None = None,
+    time_warning_before: float | None = None,
+    one_session_per_thread: bool = False,
+) -> int:
     """Run the staging backend until interrupted, with its HTTP control API
     (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
     # Here, not at the top: the staging server pulls in aiortc, PyAV, Socket.IO and aiohttp
@@ -253,7 +273,14 @@ async def serve(host: str, port: int, token: str | None, advertise_host: str | N
     from ..testing.scripted import AGENTIC_PREFIX  # noqa: PLC0415
 
     staging = StagingServer(
-        host=host, port=port, token=token, advertise_host=advertise_host, control_api=True
+        host=host,
+        port=port,
+        token=token,
+        advertise_host=advertise_host,
+        control_api=True,
+        max_conversation_length=max_conversation_length,
+        time_warning_before=time_warning_before,
+        concurrent_thread_sessions=not one_session_per_thread,
     )
     await staging.start()
     url = staging.public_url
@@ -300,7 +327,35 @@ def staging() -> None:
     metavar="NAME",
     help="Host name in the URLs handed to clients (the WHEP URL), instead of --host.",
 )
-def staging_serve(*, host: str, port: int, token: str | None, advertise_host: str | None) -> None:
+@click.option(
+    "--max-conversation-length",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Cap every server session like the service: warning, then expired + ended.",
+)
+@click.option(
+    "--time-warning-before",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="How long before the cap the warning comes (default: 60, or a quarter of the cap).",
+)
+@click.option(
+    "--one-session-per-thread",
+    is_flag=True,
+    help="Refuse a second live server session on a thread (throwToNoAgent).",
+)
+def staging_serve(
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    advertise_host: str | None,
+    max_conversation_length: float | None,
+    time_warning_before: float | None,
+    one_session_per_thread: bool,
+) -> None:
     """Run it standalone until Ctrl-C; prints its URL and token as JSON on the first line.
 
     Faults and brain scripts over HTTP: POST URL/_control/faults/NAME or
@@ -308,7 +363,17 @@ def staging_serve(*, host: str, port: int, token: str | None, advertise_host: st
     Ctrl-C, 3 when it cannot listen (the port is taken).
     """
     try:
-        code = asyncio.run(serve(host, port, token, advertise_host))
+        code = asyncio.run(
+            serve(
+                host,
+                port,
+                token,
+                advertise_host,
+                max_conversation_length=max_conversation_length,
+                time_warning_before=time_warning_before,
+                one_session_per_thread=one_session_per_thread,
+            )
+        )
     except KeyboardInterrupt:
         click.echo("avatar-sdk: interrupted", err=True)
         code = exits.INTERRUPTED

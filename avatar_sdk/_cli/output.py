@@ -144,6 +144,19 @@ _LINES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
         "yellow",
         lambda d: f"the conversation ends in {seconds(d.get('remaining'))}",
     ),
+    "session_renewing": (
+        "yellow",
+        lambda d: (
+            f"renewing the server session ({d.get('reason')}, {seconds(d.get('time_left'))} left)"
+        ),
+    ),
+    "session_renewed": (
+        "green",
+        lambda d: (
+            f"renewed #{d.get('renewals')} ({d.get('strategy')}, gap"
+            f" {seconds(d.get('gap'))}{', turn cut' if d.get('cut_turn') else ''})"
+        ),
+    ),
     "agent_interrupted": ("dim", lambda d: "avatar interrupted"),
     "user_transcription": (
         "cyan",

@@ -41,6 +41,8 @@ class EventName(StrEnum):
     CONNECTION_QUALITY = "connection_quality"
     NETWORK_CHANGED = "network_changed"
     IDLE_TIMEOUT = "idle_timeout"
+    SESSION_RENEWING = "session_renewing"
+    SESSION_RENEWED = "session_renewed"
     # Conversation
     AGENT_TEXT = "agent_text"
     AGENT_SPEECH_STARTED = "agent_speech_started"
@@ -185,6 +187,26 @@ class SessionReleasedPayload(TypedDict):
     """While paused, the server let go of the media; ``resume()`` rebuilds it."""
 
     reason: Literal["ready", "pause_expired"]
+
+
+class SessionRenewingPayload(TypedDict):
+    """A renewal started: a new server session on the same thread is being prepared
+    (``docs/lifecycle.md``, Long conversations)."""
+
+    reason: Literal["time_cap", "manual"]
+    time_left: float | None  # seconds left on the current server session's cap, if known
+
+
+class SessionRenewedPayload(TypedDict):
+    """The new server session is the user's; the old one was closed (no
+    ``session_completed``: the thread goes on)."""
+
+    renewals: int  # renewals so far in this session
+    gap: float | None  # old link's last avatar frame to the new one's first (None: no media)
+    thread_id: str | None
+    strategy: Literal["make_before_break", "break_before_make"]
+    cut_turn: bool  # no turn boundary came before the last safe moment
+    abandoned_tool_calls: list[str]  # call ids of the old session never answered (cut only)
 
 
 class SessionCompletedPayload(TypedDict):
@@ -439,6 +461,8 @@ PAYLOADS: Final[dict[EventName, type]] = {
     EventName.SESSION_ERROR: SessionErrorPayload,
     EventName.SESSION_RELEASED: SessionReleasedPayload,
     EventName.SESSION_COMPLETED: SessionCompletedPayload,
+    EventName.SESSION_RENEWING: SessionRenewingPayload,
+    EventName.SESSION_RENEWED: SessionRenewedPayload,
     EventName.PROTOCOL_ERROR: ProtocolErrorPayload,
     EventName.CALLBACK_ERROR: CallbackErrorPayload,
     EventName.EVENTS_DROPPED: EventsDroppedPayload,

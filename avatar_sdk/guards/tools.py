@@ -119,6 +119,10 @@ class PendingAcks:
     def __len__(self) -> int:
         return len(self._acks)
 
+    def ids(self) -> list[str]:
+        """The call ids still waiting, oldest first."""
+        return list(self._acks)
+
 
 # -- argument schemas ---------------------------------------------------------------------------
 #: At most this many schema errors are reported for one call (the rest are counted).

@@ -201,13 +201,18 @@ class Endings:
             # race the close of the HTTP session or peer it is using); bounded.
             _, pending_set = await asyncio.wait(pending, timeout=timeout / 4)
             pending = list(pending_set)
-        links = [*self.slot.retiring, *([self.slot.current] if self.slot.current else [])]
+        links = [
+            *self.slot.retiring,
+            *self.slot.preparing,
+            *([self.slot.current] if self.slot.current else []),
+        ]
         self.slot.current = None
         # A link a cancelled cold rebuild was closing is still closing: await it too.
         await asyncio.gather(
             *(link.close(timeout) for link in links), self.supervisor.wait(pending, timeout)
         )
         self.slot.retiring.clear()
+        self.slot.preparing.clear()
         await self.guards.aclose()
         for track in self.outputs.values():
             track.stop()

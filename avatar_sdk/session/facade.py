@@ -46,6 +46,8 @@ from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
 from .machine import Health, SessionMachine
 from .recovery import RecoveryController
+from .renewal import RenewalController, RenewalParts
+from .renewal_plan import Boundary
 from .replies import Reply
 from .slot import LinkSlot
 from .speech import Replies, SpeechHandle
@@ -247,17 +249,32 @@ class AvatarSession(EventSource):
         self._recovery = RecoveryController(
             machine=machine, config=cfg, clock=self._clock, slot=self._slot,
             builder=self._builder, view=self._view,
-            restore=self._user.on_new_session, reassert=self._user.on_same_session,
+            restore=self._restore_session, reassert=self._user.on_same_session,
             emit=self._bus.emit, spawn=self._supervisor.spawn,
             on_outcome=self._endings.settle, stats=self._stats,
+        )  # fmt: skip
+        self._renewal = RenewalController(
+            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
+            builder=self._builder,
+            parts=RenewalParts(
+                boundary=self._boundary, restore=self._user.on_new_session,
+                deliver=self._after_renewal,
+                abandon_tool_calls=self._abandon_tool_calls, outputs=self._outputs,
+                uplink=self._uplink_track, thread_id=lambda: self._view.thread_id,
+                recover_cold=self._recovery.recover_cold,
+                end=lambda: self._endings.end("conversation_ended", ErrorCode.SERVER_ENDED),
+            ),
+            emit=self._bus.emit, spawn=self._supervisor.spawn, stats=self._stats,
+            media=self._media,
         )  # fmt: skip
         self._inbound = InboundHandler(
             config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
             endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
             view=self._view,
             guards=self._guards, completion=self._completion, idle=self._idle,
-            emit=self._bus.emit, stats=self._stats,
+            emit=self._bus.emit, stats=self._stats, renewal=self._renewal,
         )  # fmt: skip
+        self._bus.on("time_warning", lambda e: self._renewal.warned(e.data.get("remaining")))
         # Wired last: links report to the handler, which needs every part above.
         self._builder.listener = LinkListener(
             self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
@@ -310,6 +327,59 @@ class AvatarSession(EventSource):
         """The current WebRTC lanes (diagnostics and tests)."""
         link = self._slot.current
         return link.lanes if link is not None else None
+
+    @property
+    def time_left(self) -> float | None:
+        """Seconds until the server's time cap ends the current server session, counting
+        down on the session's clock: from the last ``time_warning``, or, before any, from
+        ``config.max_conversation_length`` counted from that server session's approval.
+        None when neither is known. A renewal (``config.renewal``) starts a new count."""
+        return self._renewal.time_left
+
+    async def renew(self) -> None:
+        """Renew the server session now, on the same thread, as a renewal at the cap does
+        (``session_renewing`` {reason: "manual"}, then ``session_renewed``), whether or not
+        ``config.renewal`` is set (its policy, or the defaults). Returns once the renewal
+        is over: renewed, or given up with the current link kept (logged). A renewal
+        already running is awaited instead. ``invalid_state`` unless connected."""
+        self._require(self._machine.connected or self._renewal.renewing)
+        self._call("renew")
+        await self._renewal.renew("manual")
+
+    def _boundary(self) -> Boundary:
+        desk = self._desk
+        return Boundary(
+            usable=self._machine.connected,
+            floor_busy=self._replies.floor.busy(self._clock.monotonic()),
+            gate_open=desk.gate.phase == "open",
+            unconfirmed_turns=len(desk.ledger.unconfirmed()),
+            held_turns=desk.held,
+            awaiting_replies=self._replies.awaiting(),
+            pending_tool_calls=len(self._guards.acks),
+        )
+
+    async def _after_renewal(self, cut: bool) -> None:
+        """After a renewal's swap: turns held or unconfirmed go out on the new server
+        session; with a cut turn, the turns whose answer had not ended are asked again."""
+        deliver = self._desk.after_recovery("renewal")  # its cut-off is taken now
+        if cut:
+            texts = self._replies.cut()
+            self._desk.reset_gate()
+            await self._desk.resend_cut(texts)
+        await deliver
+
+    def _abandon_tool_calls(self) -> list[str]:
+        """A forced swap: the old server session's pending tool calls can no longer be
+        answered; their ids are reported (``session_renewed``) and forgotten."""
+        ids = self._guards.acks.ids()
+        self._guards.on_rebuilt()
+        return ids
+
+    async def _restore_session(self, link: Any) -> None:
+        """A new current server session (connect, cold reconnect): its cap's own count,
+        and the user's mute and pause there."""
+        self._renewal.started(link)
+        await self._user.on_new_session(link)
 
     def health(self) -> Health:
         """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
@@ -447,6 +517,8 @@ class AvatarSession(EventSource):
                 poll_interval=cfg.network_poll_interval,
             )
             spawn(self.network_watcher.run(), "network-watch")
+        if cfg.renewal is not None:
+            spawn(self._renewal.watch(), "renewal-watch")
         self._completion.hold()
         hooks = default_hooks()
         hooks.track(self._completion)

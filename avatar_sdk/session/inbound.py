@@ -19,13 +19,14 @@ from ..errors import AvatarError, Category, ErrorCode
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer
 from ..logs import sdk_logger
-from ..wire import InboundEvent
+from ..wire import ConversationTimeExpired, InboundEvent
 from ..wire.disconnect import IO_SERVER_DISCONNECT
 from .conversation import ConversationView
 from .endings import Endings
 from .link import ServerLink
 from .machine import SessionMachine, decide_disconnect
 from .recovery import RecoveryController
+from .renewal import RenewalController
 from .router import route
 from .slot import LinkSlot
 from .stats import SessionStats
@@ -55,6 +56,8 @@ class InboundHandler:
     idle: IdleTimer
     emit: Callable[[str, dict[str, Any]], object]
     stats: SessionStats
+    #: Renewal past the time cap: a server session that ends at its cap is taken over.
+    renewal: RenewalController | None = None
     _agent_back: asyncio.Future[None] | None = None
 
     def on_protocol_error(self, link: ServerLink, event: str, detail: str) -> None:
@@ -108,7 +111,11 @@ class InboundHandler:
         spiral = self.guards.observe(event)
         if spiral is not None and m.usable:
             spawn(self._recover_from_spiral(), "spiral-recovery")
+        if isinstance(event, ConversationTimeExpired) and self.renewal is not None:
+            self.renewal.expired()
         if routing.conversation_ended:
+            if self.renewal is not None and self.renewal.take_over():
+                return  # the cap ended this server session, not the conversation
             spawn(self.endings.end("conversation_ended", ErrorCode.SERVER_ENDED), "end")
 
     def on_disconnect(self, link: ServerLink, reason: str) -> None:

@@ -92,6 +92,11 @@ class ServerLink:
     lanes: MediaLanes | None = None
     result: HandshakeResult | None = None
     _probes: list[asyncio.Future[None]] = field(default_factory=list)
+    #: Where this link reports what its socket says: the session's handlers, or a
+    #: renewal's while the link is being prepared unseen (switched in one step at the swap).
+    listener: LinkListener | None = None
+    #: When the server session was approved (session clock): its cap counts from here.
+    approved_at: float | None = None
     _closed: bool = False
     _closing: asyncio.Task[None] | None = None
 
@@ -222,22 +227,27 @@ class LinkBuilder:
         #: Where links report; set before the first ``create()``.
         self.listener = listener
 
-    def create(self) -> ServerLink:
-        """A new, unopened link (no I/O): the session adopts it before any event arrives."""
-        listener = self.listener
+    def create(self, listener: LinkListener | None = None) -> ServerLink:
+        """A new, unopened link (no I/O): the session adopts it before any event arrives.
+        ``listener``: where it reports (default: the session's, :attr:`listener`); a
+        renewal prepares its link with its own and hands it over at the swap."""
+        listener = listener or self.listener
         if listener is None:
             raise RuntimeError("LinkBuilder.listener must be set before create()")
         link: ServerLink
 
+        def heard() -> LinkListener:
+            return link.listener or listener
+
         def on_event(name: str, args: list[Any]) -> None:
-            link.receive(listener, name, args)
+            link.receive(heard(), name, args)
 
         def on_disconnect(_: ControlChannel, reason: str) -> None:
             link.socket_dropped()
-            listener.on_disconnect(link, reason)
+            heard().on_disconnect(link, reason)
 
         def on_protocol_error(name: str, detail: str, name_only: bool) -> None:
-            link.refused(listener, name, detail, name_only)
+            link.refused(heard(), name, detail, name_only)
 
         channel = ControlChannel(
             self._url,
@@ -255,7 +265,7 @@ class LinkBuilder:
             link=self._links_made,
         )
         self._links_made += 1
-        link = ServerLink(channel=channel, config=self._config)
+        link = ServerLink(channel=channel, config=self._config, listener=listener)
         return link
 
     async def join(
@@ -266,14 +276,19 @@ class LinkBuilder:
         thread_id: str | None,
         advance: Advance,
         after_join: Callable[[ServerLink], Awaitable[None]] | None = None,
+        hidden: UplinkTrack | None = None,
     ) -> HandshakeResult:
-        """Open the link's socket and run the connect sequence (PROTOCOL.md §2) on it."""
+        """Open the link's socket and run the connect sequence (PROTOCOL.md §2) on it.
+
+        ``hidden``: a silent uplink track for a link prepared unseen (a renewal's): its
+        uplink sends that, and its downlink's frames go nowhere until
+        :meth:`~avatar_sdk.transport.media.MediaLanes.reveal`."""
         cfg = self._config
         timeout, _ = deadline.clip(cfg.server_connect_timeout, ErrorCode.CONNECT_TIMEOUT)
         await link.channel.open(timeout)
 
         async def media_steps(result: HandshakeResult) -> None:
-            await self.start_media(link, deadline, result.stv, advance)
+            await self.start_media(link, deadline, result.stv, advance, hidden=hidden)
 
         link.result = await run_handshake(
             link.channel,
@@ -287,6 +302,7 @@ class LinkBuilder:
             advance=advance,
             media_steps=media_steps,
         )
+        link.approved_at = self._clock.monotonic()
         if after_join is not None:
             await after_join(link)
         return link.result
@@ -297,15 +313,19 @@ class LinkBuilder:
         deadline: Deadline,
         stv: StvNewSession | None,
         advance: Advance,
+        *,
+        hidden: UplinkTrack | None = None,
     ) -> None:
-        """Steps 9-10: the ASR uplink, then the STV downlink and its playable gate."""
+        """Steps 9-10: the ASR uplink, then the STV downlink and its playable gate.
+        ``hidden``: prepared unseen (see :meth:`join`)."""
         spec = self._media
         if spec is None:
             return
         lanes = MediaLanes(
             config=self._config,
-            uplink_track=spec.uplink_track,
-            outputs=spec.outputs,
+            uplink_track=hidden or spec.uplink_track,
+            # Each link's own view of the outputs: a swap clears one and fills the other.
+            outputs={} if hidden is not None else dict(spec.outputs),
             video=spec.video,
             allow_private=spec.allow_private,
             clock=self._clock,

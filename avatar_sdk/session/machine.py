@@ -58,6 +58,7 @@ STATES: Final[list[Any]] = [
     "cold_reconnecting",
     "queued",
     "paused",
+    "renewing",
     "disconnecting",
     "ended",
     "failed",
@@ -73,6 +74,7 @@ LIVE: Final = [
     "cold_reconnecting",
     "queued",
     "paused",
+    "renewing",
 ]
 
 # Groups of top-level states, each named for the question it answers. They are written here
@@ -84,7 +86,7 @@ IN_CONVERSATION: Final = (*LINK_UP, "reconnecting")
 #: The conversation runs: a turn goes out now, media flows and is watched.
 USABLE: Final = ("connected", "recovering_media")
 #: A turn is taken: sent now, or held until the session is usable again.
-TAKES_TURNS: Final = ("reconnecting", "cold_reconnecting", "queued", *USABLE)
+TAKES_TURNS: Final = ("reconnecting", "cold_reconnecting", "queued", "renewing", *USABLE)
 #: The socket or cold tier is rebuilding the link.
 LINK_RECOVERING: Final = ("reconnecting", "cold_reconnecting")
 #: A connect sequence runs on the current link (the first one, or a cold rebuild's).
@@ -95,7 +97,7 @@ HANDSHAKING: Final = ("connecting", "cold_reconnecting")
 #: goes as expected adds nothing to an application's INFO logs (issue 18: "a quiet library").
 #: ``state_changed`` reports every one of them either way.
 NOTEWORTHY: Final = frozenset(
-    {"reconnecting", "recovering_media", "cold_reconnecting", "queued", "failed"}
+    {"reconnecting", "recovering_media", "cold_reconnecting", "queued", "renewing", "failed"}
 )
 
 # (trigger, source(s), destination[, condition]). The only transitions that exist. A
@@ -133,6 +135,13 @@ TRANSITIONS: Final[list[tuple[Any, ...]]] = [
     ("cold_reconnected", "cold_reconnecting", "connected"),
     ("pause", "connected", "paused"),
     ("resume", "paused", "connected"),
+    # renewal past the server's time cap (session/renewal.py). Make-before-break swaps
+    # links while the session stays connected (no transition); break-before-make (the
+    # service refused a second live session on the thread, or the old link ended first)
+    # closes the old link, then joins the new one: turns are held meanwhile.
+    ("renew_break", "connected", "renewing"),
+    ("renewed", "renewing", "connected"),
+    ("renewal_failed", "renewing", "cold_reconnecting"),
     # endings
     ("end", [s for s in LIVE if s != "idle"], "disconnecting"),
     ("end", "idle", "ended"),
@@ -296,6 +305,7 @@ _ON_TRIGGER: Final[dict[str, dict[str, Any]]] = {
     "cold_reconnected": {"reason": None, "category": None, "backing_off": False},
     "media_recovered": {"reason": None, "category": None},
     "approved": {"reason": None, "category": None, "backing_off": False},
+    "renewed": {"reason": None, "category": None, "backing_off": False},
 }
 
 

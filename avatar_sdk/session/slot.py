@@ -93,6 +93,9 @@ class LinkSlot:
     def __init__(self, supervisor: Supervisor | None = None) -> None:
         self.current: ServerLink | None = None
         self.retiring: set[ServerLink] = set()
+        #: Links being prepared unseen (a renewal's), not yet current: the endings close
+        #: them with the rest.
+        self.preparing: set[ServerLink] = set()
         self.outbox = Outbox(self)
         self._supervisor = supervisor if supervisor is not None else Supervisor(label="link")
         self._scopes: dict[ServerLink, TaskScope] = {}
@@ -110,6 +113,23 @@ class LinkSlot:
             scope = self._supervisor.scope("retired")
             scope.closed = True
         return scope
+
+    def swap(self, link: ServerLink) -> ServerLink | None:
+        """Make ``link`` current in one step (a renewal's swap); the link it replaces, if
+        any, is retiring from now on and returned (:meth:`close_retired` closes it)."""
+        old = self.current
+        if old is not None:
+            self.retiring.add(old)
+        self.install(link)
+        return old
+
+    async def close_retired(self, old: ServerLink, timeout: float) -> None:
+        """Close a link :meth:`swap` replaced: its tasks, then the link itself."""
+        scope = self._scopes.pop(old, None)
+        if scope is not None:
+            await scope.aclose(timeout, spare=asyncio.current_task())
+        await old.close(timeout)
+        self.retiring.discard(old)
 
     async def retire(self, timeout: float) -> None:
         """Close the current link and empty the slot; kept in ``retiring`` until closed."""

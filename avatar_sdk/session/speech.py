@@ -318,6 +318,22 @@ class Replies:
         for handle in live:
             handle._fail(error)
 
+    def awaiting(self) -> int:
+        """Turns sent whose reply has not ended yet (a renewal waits for none)."""
+        return sum(1 for h in self._live if h.is_sent and not h._match.ended and h._error is None)
+
+    def cut(self) -> list[str]:
+        """A renewal's swap cut the agent turn in progress (its old server session is
+        gone): the floor is free, and the texts of the turns whose reply had not ended are
+        returned, to be asked again on the new server session."""
+        self.floor.reset()
+        self._floor_changed.set()
+        return [
+            h._match.question or h.text
+            for h in self._live
+            if h.is_sent and not h._match.ended and h._error is None
+        ]
+
     # -- the floor --------------------------------------------------------------------------
     @property
     def ended(self) -> AvatarError | None:

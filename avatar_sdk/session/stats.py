@@ -33,6 +33,9 @@ class _Counts(TypedDict):
     turns_resent: int
     #: Present once a silently dead socket was found (as before the counters were typed).
     dead_socket_detections: NotRequired[int]
+    #: Present once a renewal happened (``docs/lifecycle.md``, Long conversations).
+    renewals: NotRequired[int]
+    renewal_gaps: NotRequired[list[float]]
 
 
 class StatsSnapshot(_Counts):
@@ -63,6 +66,16 @@ class SessionStats:
     connect_duration: float | None = None
     turns_resent: int = 0
     dead_socket_detections: int = 0
+    #: Renewals past the server's time cap, and their gaps (seconds, the last 100).
+    renewals: int = 0
+    renewal_gaps: list[float] = field(default_factory=list)
+
+    def record_renewal(self, gap: float | None) -> None:
+        """Count a renewal and keep its gap (the last 100)."""
+        self.renewals += 1
+        if gap is not None:
+            self.renewal_gaps.append(gap)
+            del self.renewal_gaps[:-KEEP_DURATIONS]
 
     def record_recovery(self, tier: Tier, duration: float) -> None:
         """Count a recovery of ``tier`` and keep its duration (the last 100 per tier)."""
@@ -85,8 +98,12 @@ class SessionStats:
         }
         if self.dead_socket_detections:
             counts["dead_socket_detections"] = self.dead_socket_detections
+        if self.renewals:
+            counts["renewals"] = self.renewals
+            counts["renewal_gaps"] = list(self.renewal_gaps)
         return {**counts, "events_emitted": events_emitted}
 
 
-#: Every key a snapshot may hold (``dead_socket_detections`` only once it is non-zero).
+#: Every key a snapshot may hold (``dead_socket_detections``, ``renewals`` and
+#: ``renewal_gaps`` only once they count something).
 STATS_KEYS: Final = StatsSnapshot.__required_keys__ | StatsSnapshot.__optional_keys__

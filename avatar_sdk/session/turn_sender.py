@@ -28,14 +28,8 @@ from ..logs import sdk_logger
 from ..taps import NO_TAPS, Point, Taps
 from ..wire import (
     MAX_TEXT,
-    AgentInterrupted,
-    AgentStartSpeech,
-    AskPermissions,
     InboundEvent,
     Out,
-    StvFinishedGenerating,
-    StvFinishedTalking,
-    StvStartedTalking,
     build_barge_in_marker,
     build_text_entered,
     clamp_text,
@@ -130,6 +124,11 @@ class TurnDesk:
         self._held: deque[tuple[str, asyncio.Future[None], OnSent | None]] = deque()
         self._evidence = asyncio.Event()
 
+    @property
+    def held(self) -> int:
+        """Turns held now (waiting for the session or the gate)."""
+        return len(self._held)
+
     def check(self, text: object) -> str:
         """``text`` as it would be sent, or the ``AvatarError`` ``speak()`` raises now (an
         empty text, a state that takes no turns)."""
@@ -204,19 +203,8 @@ class TurnDesk:
     def observe_turn(self, event: InboundEvent) -> bool:
         """Feed the gate one inbound event. True when it just opened with turns held: the
         caller sends them now (``flush(join=True)``)."""
-        gate = self.gate
-        opened = False
-        if isinstance(event, AskPermissions):
-            gate.expect_opening()
-        elif isinstance(event, AgentStartSpeech):
-            opened = gate.speech_started(event.speech_id, event.is_new_turn)
-        elif isinstance(event, StvStartedTalking):
-            gate.talking_started()
-        elif isinstance(event, StvFinishedTalking | AgentInterrupted):
-            opened = gate.talking_finished()
-        elif isinstance(event, StvFinishedGenerating):
-            opened = gate.generation_finished(event.speech_id)
-        else:
+        opened = self.gate.feed(event)
+        if opened is None:
             return False
         self._sync_gate()
         return opened and bool(self._held)
@@ -290,7 +278,7 @@ class TurnDesk:
         now are resent once when no evidence comes within ``turn_confirm_timeout``, then
         held turns go out, in the order they were spoken. The cut-off is taken now, so a
         turn spoken after the recovery is never mistaken for a lost one."""
-        through = self.ledger.new_epoch() if tier in ("socket", "cold") else 0
+        through = self.ledger.new_epoch() if tier in ("socket", "cold", "renewal") else 0
         return self._deliver(tier, through)
 
     async def _deliver(self, tier: str, through: int) -> None:
@@ -314,6 +302,22 @@ class TurnDesk:
             await self._send_turn(turn.text, resend=True)
             self._stats.turns_resent += 1
             self._emit("turn_resent", {"text": turn.text, "tier": tier})
+
+    async def resend_cut(self, texts: list[str]) -> None:
+        """A renewal's swap cut these turns' answers short (their server session is gone):
+        each is sent once more on the new one (``turn_resent`` {tier: "renewal"}), except
+        one still unconfirmed, which :meth:`after_recovery` resends anyway."""
+        unconfirmed = {t.text for t in self.ledger.unconfirmed()}
+        for text in dict.fromkeys(texts):
+            if text in unconfirmed or not self._machine.may_send_turn:
+                continue
+            try:
+                await self._send_turn(text, resend=True)
+            except AvatarError as error:
+                log.info("a cut turn was not resent (%s)", error.code)
+                return
+            self._stats.turns_resent += 1
+            self._emit("turn_resent", {"text": text, "tier": "renewal"})
 
     async def resend_after_spiral(self, text: str) -> bool:
         """The hard spiral tier rebuilt the server session: resend the abandoned turn once,

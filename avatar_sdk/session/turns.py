@@ -31,7 +31,16 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from ..wire import SpeechId
+from ..wire import (
+    AgentInterrupted,
+    AgentStartSpeech,
+    AskPermissions,
+    InboundEvent,
+    SpeechId,
+    StvFinishedGenerating,
+    StvFinishedTalking,
+    StvStartedTalking,
+)
 
 #: Turns remembered at most; the oldest unconfirmed one is forgotten first.
 MAX_TRACKED_TURNS = 64
@@ -206,6 +215,23 @@ class TurnGate:
         if self.phase == "running" and not self.talking and speech_id == self.speech_id:
             return self.reset()
         return False
+
+    def feed(self, event: InboundEvent) -> bool | None:
+        """One inbound event; True if the gate just opened, None if the event says
+        nothing about it."""
+        if isinstance(event, AskPermissions):
+            self.expect_opening()
+            return False
+        if isinstance(event, AgentStartSpeech):
+            return self.speech_started(event.speech_id, event.is_new_turn)
+        if isinstance(event, StvStartedTalking):
+            self.talking_started()
+            return False
+        if isinstance(event, StvFinishedTalking | AgentInterrupted):
+            return self.talking_finished()
+        if isinstance(event, StvFinishedGenerating):
+            return self.generation_finished(event.speech_id)
+        return None
 
     def give_up_waiting(self) -> bool:
         """The expected opening never began: stop waiting for it; True if the gate opened."""

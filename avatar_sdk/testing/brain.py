@@ -116,6 +116,15 @@ def tool_segment(call: str | ToolSegment) -> ToolSegment:
     return call if isinstance(call, ToolSegment) else ToolSegment.single(call)
 
 
+#: A user turn the staging brain answers from the thread's memory (``Brain.next_plan``):
+#: "Before, you said: <the thread's previous user turn>", whichever server session heard it.
+RECALL_PROMPT = "What did I say before?"
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
 @dataclass
 class _Scripted:
     text: str | None = None
@@ -244,8 +253,14 @@ class Brain:
     def clear(self) -> None:
         self._script.clear()
 
-    def next_plan(self, user_text: str) -> _Scripted:
+    def next_plan(self, user_text: str, memory: Sequence[str] = ()) -> _Scripted:
+        """The next turn's plan: the scripted one, else an echo of ``user_text``; the
+        :data:`RECALL_PROMPT` is answered from ``memory`` (the thread's user turns, this
+        one last), across the thread's server sessions."""
         echo = f"You said: {user_text}" if user_text else "I am listening."
+        if _normalize(user_text) == _normalize(RECALL_PROMPT):
+            earlier = [t for t in memory[:-1] if _normalize(t) != _normalize(RECALL_PROMPT)]
+            echo = f"Before, you said: {earlier[-1]}" if earlier else "You said nothing before."
         if self._script:
             plan = self._script.popleft()
             if plan.stall is not None and plan.text is None and not plan.tool_calls:

@@ -109,6 +109,12 @@ class Conversation:
         self._detector: UtteranceDetector | None = None
         self._listening: set[asyncio.Task[None]] = set()
         self.ended = False
+        #: The conversation cap's timer (``StagingServer(max_conversation_length=...)``).
+        self._cap: asyncio.Task[None] | None = None
+        #: When the cap's clock started (``approvedPermissions``), monotonic; and whether
+        #: the cap was reached (``conversationTimeExpired`` sent).
+        self.started_at: float | None = None
+        self.expired = False
 
     async def emit(self, event: str, payload: Any) -> None:
         """Emit to this client through the recovery buffer, honouring latency and withholding."""
@@ -121,6 +127,29 @@ class Conversation:
             await asyncio.sleep(faults.added_latency)
         self.server.emitted[event] += 1
         await self.server.sio.emit_recoverable(self.sid, event, payload)
+
+    def start_cap(self) -> None:
+        """Start this server session's cap, if the server has one: the warning, then the
+        expiry (``conversationTimeExpired`` + ``conversationEnded``), as the service does."""
+        self.started_at = time.monotonic()
+        cap = self.server.conversation_cap()
+        if cap is not None and self._cap is None:
+            self._cap = asyncio.ensure_future(self._run_cap(*cap))
+
+    async def _run_cap(self, cap: float, lead: float) -> None:
+        await asyncio.sleep(max(0.0, cap - lead))
+        if lead > 0:
+            await self.emit(In.CONVERSATION_TIME_WARNING, {"remainingTime": lead})
+            await asyncio.sleep(lead)
+        if self.ended:
+            return
+        self.expired = True
+        self.server.expired_sids.append(self.sid)
+        self.cancel_turn()
+        await self.emit(In.CONVERSATION_TIME_EXPIRED, {})
+        await self.emit(In.CONVERSATION_ENDED, {})
+        self.ended = True  # this server session takes nothing more
+        await self.server.media.close_conversation(self.sid)
 
     def start_turn(
         self,
@@ -188,7 +217,8 @@ class Conversation:
         if closing is not None and not closing.done():
             await asyncio.wait({closing})  # the cut turn's closing events go out first
         brain = self.server.brain
-        plan = brain.next_plan(user_text) if trigger == "transcript" else None
+        memory = self.server.thread_memory.get(self.thread_id or "", [])
+        plan = brain.next_plan(user_text, memory) if trigger == "transcript" else None
         text = brain.greeting if plan is None else (plan.text or "")
         speech_id = speech_id or brain.speech_id_for(trigger, user_text)
         self.current_speech = speech_id
@@ -294,6 +324,7 @@ class Conversation:
             await asyncio.sleep(spacing)
         self.user_turns.append(text)
         self.voice_turns.append(text)
+        self.server.remember(self, text)
         self.start_turn("transcript", text, speech_id=speech_id, transcription=text)
         return True
 
@@ -311,7 +342,8 @@ class Conversation:
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
         """The turn tasks still to be awaited (the running turn, a cut turn's closing)."""
-        return [t for t in (self.turn_task, self._closing, *self._listening) if t is not None]
+        running = (self.turn_task, self._closing, self._cap, *self._listening)
+        return [t for t in running if t is not None]
 
     def close(self) -> None:
         self.ended = True
@@ -320,5 +352,7 @@ class Conversation:
             self._closing.cancel()
         for task in self._listening:
             task.cancel()
+        if self._cap is not None and self._cap is not asyncio.current_task():
+            self._cap.cancel()
         if self._restart is not None:
             self._restart.cancel()

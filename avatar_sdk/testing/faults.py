@@ -226,11 +226,13 @@ class Faults:
         self.withheld.add(event_name)
 
     # -- conversation -----------------------------------------------------------------------
-    async def end_conversation(self) -> None:
-        """``conversationTimeExpired`` then ``conversationEnded`` to every client."""
+    async def end_conversation(self, *, expired: bool = True) -> None:
+        """``conversationTimeExpired`` then ``conversationEnded`` to every client (the cap
+        reached); ``expired=False``: ``conversationEnded`` alone (ended on purpose)."""
         self.injected.append("end_conversation")
         for conv in list(self._server.conversations.values()):
-            await conv.emit(In.CONVERSATION_TIME_EXPIRED, {})
+            if expired:
+                await conv.emit(In.CONVERSATION_TIME_EXPIRED, {})
             await conv.emit(In.CONVERSATION_ENDED, {})
 
     async def time_warning(self, remaining: float = 60.0) -> None:
@@ -320,6 +322,12 @@ class Faults:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")
         self._server.media.whep_404(times)
+
+    def unplayable_whep(self, *, times: int = 1) -> None:
+        """The next ``times`` WHEP viewers get tracks that never send a frame (the POST is
+        answered and ICE connects): a downlink that never passes the playable gate."""
+        self.injected.append("unplayable_whep")
+        self._server.media.unplayable_whep(times)
 
     # -- the avatar-session (scripted video) service ------------------------------------------
     def say_refused(self, status: int = 503, *, times: int = 1) -> None:

@@ -147,6 +147,8 @@ class StagingMedia:
         self.stv_gate = MediaGate()
         self.stuck: dict[str, str] = {}
         self.whep_404_remaining = 0
+        #: WHEP viewers still to be answered with tracks that never send a frame.
+        self.unplayable_remaining = 0
         self._asr_stall_until = 0.0
         self._frames_retired = 0
         self._whep_lock = asyncio.Lock()
@@ -290,6 +292,19 @@ class StagingMedia:
     def whep_404(self, times: int = 1) -> None:
         self.whep_404_remaining += max(0, times)
 
+    def unplayable_whep(self, times: int = 1) -> None:
+        """The next ``times`` WHEP viewers are answered (201, ICE connects) with tracks that
+        never send a frame: a downlink that never becomes playable."""
+        self.unplayable_remaining += max(0, times)
+
+    def _viewer_gate(self) -> MediaGate:
+        if self.unplayable_remaining <= 0:
+            return self.stv_gate
+        self.unplayable_remaining -= 1
+        gate = MediaGate()
+        gate.stall(None)
+        return gate
+
     def stuck_ice(self, channel: str, mode: str = "no_answer") -> None:
         _check_channel(channel)
         if mode not in STUCK_MODES:
@@ -302,6 +317,7 @@ class StagingMedia:
         self._asr_stall_until = 0.0
         self.stuck.clear()
         self.whep_404_remaining = 0
+        self.unplayable_remaining = 0
 
     def finish_answer(self, channel: str, pc: Any) -> str:
         """The answer SDP to send, with ``stuck_ice(..., mode="no_candidates")`` applied."""
@@ -436,15 +452,14 @@ class StagingMedia:
         if not any(m.kind in ("video", "audio") for m in parsed.media):
             raise ValueError("the offer has no audio or video m-line")
         width, height = self.video_size
-        video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=self.stv_gate)
+        gate = self._viewer_gate()
+        video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=gate)
         audio: MediaStreamTrack
         if isinstance(conv, ScriptedStagingSession):  # its voice: the audio it was given
-            audio = conv.voice_track(self.stv_gate)
+            audio = conv.voice_track(gate)
         else:
             talking = conv
-            audio = OpusToneTrack(
-                active=lambda: talking.speaking and not talking.ended, gate=self.stv_gate
-            )
+            audio = OpusToneTrack(active=lambda: talking.speaking and not talking.ended, gate=gate)
         pc = RTCPeerConnection(_rtc_configuration())
         viewer = WhepViewer(secrets.token_hex(8), stream, conv.sid, pc, video, audio)
         try:

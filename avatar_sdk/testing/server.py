@@ -65,6 +65,9 @@ class StagingServer:
         advertise_genie: bool = True,
         scripted_idle_timeout: float = 120.0,
         scripted_token_ttl: float = 24 * 3600.0,
+        max_conversation_length: float | None = None,
+        time_warning_before: float | None = None,
+        concurrent_thread_sessions: bool = True,
     ) -> None:
         """``audio_only=True``: audio/phone mode, ``stvNewSession`` starts no STV session
         (PROTOCOL.md §1.5) and only the ASR uplink exists. ``ssl_context``: serve TLS
@@ -83,7 +86,22 @@ class StagingServer:
 
         ``scripted_idle_timeout`` / ``scripted_token_ttl``: the avatar-session service's
         idle reclaim and session-token lifetime (seconds; also ``staging.scripted.
-        idle_timeout`` / ``token_ttl`` at run time, see :mod:`.scripted`)."""
+        idle_timeout`` / ``token_ttl`` at run time, see :mod:`.scripted`).
+
+        ``max_conversation_length``: the agent's cap on one server session, seconds from
+        its ``approvedPermissions`` (None: no cap, the default). Like the service, the
+        server then sends ``conversationTimeWarning {remainingTime}`` ``time_warning_before``
+        seconds ahead of the end (None: 60 s, or a quarter of the cap when that is
+        shorter), and at the end ``conversationTimeExpired {}`` then ``conversationEnded
+        {}``, after which that server session takes nothing more and its media is released.
+        Each server session (socket) has its own count, also on the same thread.
+        ``concurrent_thread_sessions=False``: a second server session on a thread that
+        already has a live one is refused at admission with ``throwToNoAgent`` (a service
+        that allows one session per thread; tests break-before-make renewal). All three
+        are attributes, changeable at run time (new server sessions use the new values).
+        The thread's memory (``thread_memory``: every user turn heard on a thread, across
+        its server sessions) lets :data:`~avatar_sdk.testing.brain.RECALL_PROMPT` be
+        answered with what was said on an earlier server session of the thread."""
         self.host = host
         self.advertise_genie = advertise_genie
         self.advertise_host = advertise_host
@@ -95,6 +113,19 @@ class StagingServer:
         #: Fraction of the captions' real duration the avatar "talks" for (1.0 = real time).
         self.speech_time_scale = speech_time_scale
         self.audio_only = audio_only
+        if max_conversation_length is not None and not max_conversation_length > 0:
+            raise ValueError("max_conversation_length must be > 0 seconds, or None")
+        if time_warning_before is not None and not time_warning_before >= 0:
+            raise ValueError("time_warning_before must be >= 0 seconds, or None")
+        self.max_conversation_length = max_conversation_length
+        self.time_warning_before = time_warning_before
+        self.concurrent_thread_sessions = concurrent_thread_sessions
+        #: User turns heard on each thread, in order, across its server sessions.
+        self.thread_memory: dict[str, list[str]] = {}
+        #: Server sessions that reached the cap (``conversationTimeExpired`` sent), by sid.
+        self.expired_sids: list[str] = []
+        #: Joins refused because the thread already had a live server session.
+        self.refused_thread_joins = 0
         self.sio = RecoveringAsyncServer(
             recovery_window=recovery_window,
             cors_allowed_origins=[],
@@ -416,6 +447,12 @@ class StagingServer:
         # (PROTOCOL.md §2 step 5, §4.7), then takes a while to create the STV session.
         if await self._refuse_admission(conv, "stv"):
             return
+        if not self.concurrent_thread_sessions and self._thread_busy(conv):
+            # One server session per thread: refused the way capacity is (PROTOCOL.md §3.1).
+            self.refused_thread_joins += 1
+            await conv.emit(In.THROW_TO_NO_AGENT, {})
+            await self.sio.disconnect(conv.sid)
+            return
         if self.faults.stv_answer_delay:
             await asyncio.sleep(self.faults.stv_answer_delay)
             if conv.ended:
@@ -427,6 +464,29 @@ class StagingServer:
         await conv.emit(In.STV_NEW_SESSION, payload)
         await conv.emit(In.SHOW_AGENT, {})
         await conv.emit(In.ASK_PERMISSIONS, {"constraints": {"audio": True, "video": False}})
+
+    def _thread_busy(self, conv: Conversation) -> bool:
+        """Whether another live server session is joined on ``conv``'s thread."""
+        return any(
+            other is not conv and other.joined and not other.ended
+            and other.thread_id == conv.thread_id
+            for other in self.conversations.values()
+        )  # fmt: skip
+
+    def conversation_cap(self) -> tuple[float, float] | None:
+        """(cap, warning lead) for a server session starting now, or None (no cap)."""
+        cap = self.max_conversation_length
+        if cap is None:
+            return None
+        lead = self.time_warning_before
+        if lead is None:
+            lead = min(60.0, cap / 4)
+        return float(cap), min(float(lead), float(cap))
+
+    def remember(self, conv: Conversation, text: str) -> None:
+        """A user turn heard on ``conv``: kept in its thread's memory."""
+        if conv.thread_id:
+            self.thread_memory.setdefault(conv.thread_id, []).append(text)
 
     def stv_session_payload(self, conv: Conversation) -> dict[str, Any]:
         """What ``stvNewSession`` answers: a WHEP URL served by ``self.media``, or the
@@ -461,6 +521,7 @@ class StagingServer:
         if conv.approved or not conv.joined:
             return
         conv.approved = True
+        conv.start_cap()
         conv.start_turn("approved-permissions", "")
 
     async def _text_entered(self, conv: Conversation, data: dict[str, Any]) -> None:
@@ -480,6 +541,7 @@ class StagingServer:
                 conv.dropped_turns.append(text)
                 return
             conv.user_turns.append(text)
+            self.remember(conv, text)
             conv.start_turn("transcript", text)
 
     async def _mute(self, conv: Conversation, data: dict[str, Any]) -> None:

@@ -202,6 +202,27 @@ class _PeerTrack(MediaStreamTrack):
         self._encoded: deque[av.Packet[Any]] = deque()
         self._next_pts = 0  # this peer's timeline after the last packet sent
         self.pcm_to_aiortc = 0  # frames left to aiortc's encoder thread
+        #: Added to every pts read from the uplink: after a :meth:`rebind`, the new
+        #: uplink's timeline continues where the old one's left off on this peer.
+        self._offset = 0
+        self._expected: int | None = None
+        self._rebase = False
+
+    def rebind(self, uplink: UplinkTrack) -> None:
+        """Send from ``uplink`` from the next frame on, on the same RTP timeline."""
+        self._uplink = uplink
+        self._rebase = True
+
+    def _continue(self, out: av.AudioFrame | av.Packet[Any]) -> None:
+        pts = out.pts or 0
+        if self._rebase:
+            self._rebase = False
+            if self._expected is not None:
+                self._offset = self._expected - pts
+        pts += self._offset
+        out.pts = pts
+        samples = out.samples if isinstance(out, av.AudioFrame) else packet_samples(out)
+        self._expected = pts + samples
 
     async def recv(self) -> av.AudioFrame | av.Packet[Any]:
         self.pulled.set()
@@ -211,6 +232,7 @@ class _PeerTrack(MediaStreamTrack):
             if self.readyState != "live" or self._uplink.readyState != "live":
                 raise MediaStreamError
             out = await self._uplink.produce()
+            self._continue(out)
             if self._base is None:
                 self._base = out.pts or 0
             if isinstance(out, av.Packet):
@@ -267,6 +289,11 @@ class AsrUplink:
         self._probe = ConsentProbe(self.pc, self.consent, interval=probe_interval(consent_deadline))
         self.state_listeners: list[Callable[[str], Any]] = []
         self.pc.on("connectionstatechange", self._on_state)
+
+    def rebind(self, track: UplinkTrack) -> None:
+        """Send from ``track`` from the next frame on, no renegotiation (a renewal's swap)."""
+        self.track = track
+        self._peer_track.rebind(track)
 
     def _on_state(self) -> None:
         state = self.pc.connectionState

@@ -153,6 +153,27 @@ class MediaLanes:
             log.info("playable gate capped after %.2fs without a %s frame", GATE_CAP, kind)
         self.gate_waited = self._clock.monotonic() - started
 
+    # -- a link prepared unseen (renewal) -----------------------------------------------------
+    def reveal(self, outputs: dict[str, FanoutTrack], uplink: UplinkTrack) -> None:
+        """From the next frame on, the downlink feeds ``outputs`` and the uplink sends
+        ``uplink`` (the session's): synchronous, so a swap of links is one step."""
+        self._outputs.clear()
+        self._outputs.update(outputs)
+        self._uplink_track = uplink
+        if self.stv is not None:
+            self.stv.first_out_at = None
+            self.stv.shown.clear()
+        if self.asr is not None:
+            self.asr.rebind(uplink)
+
+    def hide(self, silent: UplinkTrack) -> None:
+        """From the next frame on, the downlink's frames go nowhere and the uplink sends
+        ``silent`` (the link being replaced, until it is closed)."""
+        self._outputs.clear()
+        self._uplink_track = silent
+        if self.asr is not None:
+            self.asr.rebind(silent)
+
     def _check_open(self) -> None:
         # A recovery still running on lanes that a cold reconnect or close() already
         # replaced must not build peers or HTTP sessions nobody will ever close.

@@ -190,6 +190,11 @@ class StvDownlink:
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
         self.first_frame_at: dict[str, float] = {}
         self.last_frame_at: float | None = None
+        #: When a frame was last, and first, handed to an output (session clock): a link
+        #: prepared unseen decodes frames that go nowhere until it is revealed.
+        self.last_out_at: float | None = None
+        self.first_out_at: float | None = None
+        self.shown = asyncio.Event()
         self._first = {"audio": asyncio.Event(), "video": asyncio.Event()}
         self.subscribed_at: float | None = None
 
@@ -290,7 +295,7 @@ class StvDownlink:
 
     async def _pump(self, track: MediaStreamTrack) -> None:
         kind = track.kind
-        out = self._outputs.get(kind)
+        outputs = self._outputs  # looked up per frame: a reveal or hide takes effect at once
         while True:
             try:
                 frame = await track.recv()
@@ -302,8 +307,13 @@ class StvDownlink:
             if kind not in self.first_frame_at:
                 self.first_frame_at[kind] = now
                 self._first[kind].set()
+            out = outputs.get(kind)
             if out is not None:
                 out.push(frame)
+                self.last_out_at = now
+                if self.first_out_at is None:
+                    self.first_out_at = now
+                    self.shown.set()
 
     async def wait_first_frame(self, kind: str, timeout: float) -> bool:
         """True once a frame of ``kind`` was decoded, False after ``timeout``."""

@@ -128,3 +128,21 @@ async def test_talk_missing_insecure_is_a_usage_error_naming_the_flag(
     assert "--insecure" in line, line
     assert "allow_insecure_transport" not in line, line
     assert staging.connections == 0
+
+
+async def test_talk_renew_carries_the_conversation_past_the_servers_cap(
+    staging: StagingServer,
+) -> None:
+    staging.max_conversation_length = 5.0
+    staging.time_warning_before = 4.0
+    turns = [f"question {n}" for n in range(1, 11)]
+    for n in range(1, 11):
+        staging.brain.reply(f"Answer {n}, " + LONG)
+    says = [arg for text in turns for arg in ("--say", text)]
+    result = await cli(*talk_args(staging, "--no-media", "--renew", *says), token=staging.token)
+    assert result.exit_code == 0, result.output
+    assert "renewed #1 (make_before_break" in result.stdout
+    assert "ended: " in result.stdout and "conversation_ended" not in result.stdout
+    for n in range(1, 11):
+        assert f"Answer {n}," in result.stdout
+    assert staging.expired_sids == []

@@ -37,6 +37,7 @@ FAULTS = (
     "silent_in_place",  # silently dead socket the server times out: socket tier
     "silent_cold",  # silently dead socket the server never notices: cold tier
     "pause_resume",  # pause, maybe a socket fault while paused, resume
+    "renew",  # a renewal of the server session on the same thread, the turn spoken during it
 )
 #: What may hit the control socket while the conversation is paused.
 PAUSED_FAULTS = ("none", "drop", "silent_in_place", "silent_cold")
@@ -186,6 +187,9 @@ class Tour:
             await self.pause_resume(where)
             await self.turn(text, where)
             return
+        if fault == "renew":
+            await self.renew_during(text, where)
+            return
         recovery = self.expect_recovery() if fault in TIER else None
         await self.inject(fault)
         into_dead_socket = fault.startswith("silent") and self.rng.random() < 0.5
@@ -260,6 +264,30 @@ class Tour:
         self.note("-- resume")
         await session.resume()
         assert session.state == "connected", (where, session.state)
+
+    async def renew_during(self, text: str, where: str) -> None:
+        """A renewal (make-before-break) with the round's turn spoken while it prepares:
+        the turn is answered once, on whichever server session was current; the thread is
+        kept and the session stays connected (``docs/lifecycle.md``)."""
+        session = self.session
+        if session.state != "connected":
+            self.note(f"-- renew skipped in {session.state}")
+            await self.turn(text, where)
+            return
+        thread = session.thread_id
+        renewed = session.expect("session_renewed", timeout=RECOVERY)
+        self.note("-- renew")
+        renewal = asyncio.ensure_future(session.renew())
+        try:
+            await asyncio.sleep(self.rng.uniform(0.0, 1.0))
+            await self.turn(text, where)
+            await asyncio.wait_for(renewal, RECOVERY)
+        finally:
+            renewal.cancel()
+        event = await renewed
+        self.note(f"session_renewed {event.data}")
+        assert event.data["thread_id"] == thread, (where, event.data)
+        assert session.thread_id == thread, where
 
     async def server_read_so_far(self) -> None:
         """Until the server answers a probe sent now: on one ordered socket, it has read

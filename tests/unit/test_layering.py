@@ -50,6 +50,7 @@ PURE = [
     "avatar_sdk.session.replies",
     "avatar_sdk.session.retry_budget",
     "avatar_sdk.session.stats",
+    "avatar_sdk.session.renewal_plan",
     "avatar_sdk.guards.spiral",
     "avatar_sdk.guards.watchdogs",
     "avatar_sdk.guards.tools",
