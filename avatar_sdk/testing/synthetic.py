@@ -213,6 +213,12 @@ class _Voice(_PacedTrack):
     def _prepare(self) -> None:
         """Compute once what every slot reuses (the tone's samples or packets)."""
 
+    @property
+    def skipped_seconds(self) -> float:
+        """Voice time passed over after stalls (a loaded server's loop): the slots whose pts
+        were jumped, which no frame carried."""
+        return max(0, self._pts // AUDIO_FRAME - self.frames_sent) * AUDIO_FRAME / AUDIO_RATE
+
     async def _slot(self) -> tuple[int, bool]:
         """The next slot's pts (jumping forward after a stall) and whether it is tone."""
         elapsed = await self._next_slot()

@@ -3,6 +3,7 @@ from the local engine's spawned workers."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -42,9 +43,22 @@ async def long_pause(session: AvatarSession, ctx: ScenarioContext) -> None:
 
 
 async def heard(session: AvatarSession, ctx: ScenarioContext) -> None:
-    """The backend hears the uplink as speech (its VAD must be listening), then one turn."""
-    await session.expect("user_started_talking", timeout=10)
+    """The backend hears the uplink as speech (its VAD must be listening), then one turn.
+
+    The first utterance may be detected while ``connect()`` is still returning, before this
+    scenario could listen (a fresh-clone run at load 8 waited 10 s for it in vain). So the
+    microphone is muted past the VAD's silence (the utterance under way ends), then opened
+    with the expectation already registered: that utterance's start cannot be missed."""
+    session.mic_enabled = False
+    await asyncio.sleep(MUTED_PAST_SILENCE)
+    talking = session.expect("user_started_talking", timeout=10)
+    session.mic_enabled = True
+    await talking
     await ctx.turn("Hello!")
+
+
+#: Longer than ``brain.listen(silence=0.6)``'s silence, with room for a loaded server.
+MUTED_PAST_SILENCE = 1.5
 
 
 async def bad_fault(session: AvatarSession, ctx: ScenarioContext) -> None:

@@ -5,8 +5,10 @@ line on stderr written for the command line, nothing about it on stdout."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -48,17 +50,32 @@ def tone_runs(path: Path, window: float = 0.01) -> list[float]:
     return runs
 
 
+async def _keep_voices(staging: StagingServer, voices: list[Any]) -> None:
+    """Collect each WHEP viewer's voice track while the run lasts (a viewer is forgotten
+    at its DELETE, its track's counters with it)."""
+    while True:
+        for viewer in list(staging.media.viewers.values()):
+            if viewer.audio not in voices:
+                voices.append(viewer.audio)
+        await asyncio.sleep(0.05)
+
+
 async def test_talk_waits_out_each_spoken_answer_and_records_the_last_one_whole(
     staging: StagingServer, tmp_path: Path
 ) -> None:
     recording = tmp_path / "avatar.wav"
     staging.brain.reply("First answer, " + LONG)
     staging.brain.reply("Second answer, " + LONG)
-    result = await cli(
-        *talk_args(staging, "--no-video", "--record", str(recording), "--json",
-                   "--say", "first question", "--say", "second question"),
-        token=staging.token,
-    )  # fmt: skip
+    voices: list[Any] = []  # the server's voice tracks, kept past their WHEP DELETE
+    watching = asyncio.ensure_future(_keep_voices(staging, voices))
+    try:
+        result = await cli(
+            *talk_args(staging, "--no-video", "--record", str(recording), "--json",
+                       "--say", "first question", "--say", "second question"),
+            token=staging.token,
+        )  # fmt: skip
+    finally:
+        watching.cancel()
     assert result.exit_code == 0, result.output
     names = [json.loads(line)["event"] for line in result.stdout.splitlines()]
     # No barge-in on its own answers: nothing was interrupted, every turn was answered.
@@ -75,8 +92,12 @@ async def test_talk_waits_out_each_spoken_answer_and_records_the_last_one_whole(
     runs = tone_runs(recording)
     expected = spoken_seconds(staging, "Second answer, " + LONG)
     # Within two 20 ms frames: the audio in flight when the server said it finished
-    # talking (the downlink's latency and jitter buffer) is in the file too.
-    assert len(runs) == 3 and runs[-1] >= expected - 0.04, (runs, expected)
+    # talking (the downlink's latency and jitter buffer) is in the file too. Less what the
+    # server's voice passed over after its own loop stalled (a fresh-clone run at load 8:
+    # 0.97 s of a 1.1 s answer), which no recording can hold.
+    skipped = sum(voice.skipped_seconds for voice in voices)
+    assert voices and len(runs) == 3, (voices, runs)
+    assert runs[-1] >= expected - 0.04 - skipped, (runs, expected, skipped)
 
 
 async def test_talk_plain_output_shows_no_interruption(staging: StagingServer) -> None:

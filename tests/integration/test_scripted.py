@@ -228,10 +228,12 @@ async def test_a_say_refused_with_5xx_is_classified_and_not_retried(
 
 
 async def test_token_expiry_is_announced(staging: StagingServer, leak_check: LeakCheck) -> None:
-    staging.scripted.token_ttl = 3.0
+    # Long enough for a start on a loaded machine: the token's clock runs from create (a
+    # fresh-clone run at load 8 found the session gone, WHEP 404, before it subscribed).
+    staging.scripted.token_ttl = 10.0
     config = ScriptedConfig(expiry_warning=2.0, media_stall_timeout=1.0, close_timeout=1.0)
     async with scripted(staging, config=config) as session:
-        expiring = session.expect("session_expiring", timeout=5)
+        expiring = session.expect("session_expiring", timeout=10)
         event = await expiring
         assert 0 <= event.data["remaining"] <= 2.0
         assert event.data["expires_at"] == session.expires_at
