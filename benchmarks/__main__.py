@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
+loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -26,6 +26,7 @@ from . import (
     fleet,
     guards,
     load,
+    loop_lag,
     markdown,
     media,
     netlab,
@@ -54,6 +55,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "guards": (guards.TITLE, guards.run),
     "asr": (resilience.ASR_TITLE, resilience.run_asr),
     "load": (load.TITLE, load.run),
+    "loop_lag": (loop_lag.TITLE, loop_lag.run_figure),
     "fleet": (fleet.TITLE, fleet.run),
     "telemetry": (telemetry.TITLE, telemetry.run),
     "scripted": (scripted.TITLE, scripted.run),
@@ -65,6 +67,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
 DEFAULT = (
     "connect", "recovery", "throughput", "media", "pacing", "resilience", "uplink", "guards",
     "load",
+    "loop_lag",
     "fleet",
     "telemetry",
     "scripted",

@@ -359,9 +359,12 @@ def render(measured: dict[str, Any], plan: Plan) -> FigureResult:
         f"a fresh child process per (mode, client), mean of {plan.rounds} round(s) in ABBA "
         f"order; staging server in another child process. "
         f"Bare = python-socketio + aiortc + the SDK's wire builders, no AvatarSession. Targets "
-        f"(issue 11) are for the SDK: audio-only <= 4% pre-encoded, <= 7% PCM. The "
-        f"pre-encoded uplink is EncodedToneSource (440 Hz, encoded once per process) for "
-        f"both clients.",
+        f"(issue 23) are for the SDK: audio-only <= 3% PCM, <= 1.5% pre-encoded, audio+video "
+        f"watched <= 5%, unwatched within 0.5 point of audio-only; each 'floor' row is the "
+        f"cost of the same work done at the floor (Opus encode + decode + SRTP on the loop, "
+        f"issue 23's estimate), information only. The client loop's lag is measured over the "
+        f"same window by a 20 ms ticker in both clients. The pre-encoded uplink is "
+        f"EncodedToneSource (440 Hz, encoded once per process) for both clients.",
         *(_probe_note(item) for item in items),
         f"(b) control-only SDK sessions in one child process, connected in batches of "
         f"{plan.turns.batch}; one text turn per session (at least {plan.turns.min_turns} turns "

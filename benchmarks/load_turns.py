@@ -69,11 +69,12 @@ class TurnPlan:
     #: Stop the ramp once a level took this long (s): the next one would blow the budget.
     level_budget: float = 90.0
     #: Once a level's sessions are connected, ``gc.freeze()`` them (``gc.unfreeze()`` after
-    #: the level): CPython's full collections then skip the long-lived session graphs
-    #: (about 1,300 tracked objects a session), which at 1,000 sessions held the loop for
-    #: over a second at a time (issue 23). What a process holding many sessions should do
-    #: (``docs/fleet.md``); False measures without it.
-    freeze_gc: bool = True
+    #: the level), in the client and the staging server: CPython's full collections then
+    #: skip the long-lived session graphs (about 1,300 tracked objects a session; one full
+    #: collection held a 1,000-session client's loop for 1.1 s in issue 23's run). Off by
+    #: default: the figure measures the SDK as an application runs it; its effect was not
+    #: confirmed on an idle machine (``docs/fleet.md``).
+    freeze_gc: bool = False
 
 
 class TurnClock:

@@ -24,6 +24,7 @@ import itertools
 import logging
 import os
 import random
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -322,10 +323,64 @@ class _Machine(HierarchicalMachine):
 
 
 class _Model:
+    """One session's place in the shared machine: its state, and (weakly) its owner, so
+    the shared machine's list of models never keeps a session alive."""
+
     state: str
+
+    def __init__(self, owner: SessionMachine) -> None:
+        self.owner: weakref.ref[SessionMachine] = weakref.ref(owner)
 
 
 ChangeListener = Callable[[str, str, str], None]
+
+
+class _Flag:
+    """A transition's condition: a :class:`MachineData` flag of the event's session."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def __call__(self, event: Any) -> bool:
+        owner = event.model.owner()
+        return owner is not None and bool(getattr(owner.data, self.flag))
+
+
+def _after_change(event: Any) -> None:
+    owner = event.model.owner()
+    if owner is not None:
+        owner._after_change(event)
+
+
+def _declare(spec: tuple[Any, ...]) -> dict[str, Any]:
+    trigger, source, dest, *condition = spec
+    declared: dict[str, Any] = {"trigger": trigger, "source": source, "dest": dest}
+    if condition:
+        declared["conditions"] = [_Flag(condition[0])]
+    return declared
+
+
+_SHARED: _Machine | None = None
+
+
+def _shared_machine() -> _Machine:
+    """The one ``transitions`` machine every session's model is added to: the states,
+    events and transitions are declared once per process, not once per session (each
+    declaration is about 500 objects the garbage collector tracks; issue 23)."""
+    global _SHARED  # noqa: PLW0603 - built on first use, then read only
+    if _SHARED is None:
+        _SHARED = _Machine(
+            model=None,
+            states=STATES,
+            transitions=[_declare(t) for t in TRANSITIONS],
+            initial="idle",
+            auto_transitions=False,
+            send_event=True,
+            after_state_change=_after_change,
+            queued=False,
+            name=MACHINE_NAME,  # avatar_sdk.logs filters this machine's INFO lines only
+        )
+    return _SHARED
 
 
 class SessionMachine:
@@ -334,30 +389,15 @@ class SessionMachine:
     def __init__(
         self, on_change: ChangeListener | None = None, *, strict: bool | None = None
     ) -> None:
-        self._model = _Model()
+        self._model = _Model(self)
         self._on_change = on_change
         self.strict = _strict_default() if strict is None else strict
         self.data = MachineData()
-        self._machine = _Machine(
-            model=self._model,
-            states=STATES,
-            transitions=[self._declare(t) for t in TRANSITIONS],
-            initial="idle",
-            auto_transitions=False,
-            send_event=True,
-            after_state_change=self._after_change,
-            queued=False,
-            name=MACHINE_NAME,  # avatar_sdk.logs filters this machine's INFO lines only
-        )
+        self._machine = _shared_machine()
+        self._machine.add_model(self._model, initial="idle")
+        # Leaves the shared machine when this session's machine is collected.
+        weakref.finalize(self, self._machine.remove_model, self._model)
         self.history: list[tuple[str, str, str]] = []
-
-    def _declare(self, spec: tuple[Any, ...]) -> dict[str, Any]:
-        trigger, source, dest, *condition = spec
-        declared: dict[str, Any] = {"trigger": trigger, "source": source, "dest": dest}
-        if condition:
-            flag = condition[0]
-            declared["conditions"] = [lambda _event: bool(getattr(self.data, flag))]
-        return declared
 
     @property
     def state(self) -> str:

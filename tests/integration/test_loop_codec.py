@@ -3,7 +3,7 @@
 The uplink encodes PCM with the mono voice encoder from the first frame (aiortc's encoder
 thread gets nothing); the downlink decodes the avatar's voice on the loop through
 :mod:`avatar_sdk.transport.loop_decode`, which reaches into aiortc 1.16's receiver: the
-guard tests here fail if those internals move. The default stays on aiortc's threads.
+guard tests here fail if those internals move. "loop" is the default (issue 23).
 """
 
 from __future__ import annotations
@@ -133,3 +133,21 @@ async def test_aiortc_receiver_internals_are_the_ones_loop_decode_expects() -> N
     finally:
         await pc.close()
     await asyncio.sleep(0)
+
+
+async def test_the_default_codes_audio_on_the_loop(staging: StagingServer) -> None:
+    """Issue 23: without ``audio_codec`` the voice is decoded on the loop, whatever the
+    uplink's source (here none: silence)."""
+    session = AvatarSession(
+        staging.url, staging.token, allow_insecure_transport=True, config=MEDIA, video=False
+    )
+    try:
+        await session.connect()
+        lanes = session.media
+        assert lanes is not None and lanes.stv is not None
+        decoder = lanes.stv.audio_decoder
+        assert decoder is not None
+        assert await until(lambda: decoder.frames_decoded > 5, 5)
+        assert not _decodes_in_a_thread(lanes.stv, "audio")
+    finally:
+        await session.close()

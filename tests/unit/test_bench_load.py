@@ -321,3 +321,29 @@ def test_a_level_says_whose_saturation_it_measured() -> None:
     assert saturation(client)[0] == "client"
     rendered = load._level_note(load.levels_with_ratios([_level(1, 20.0), server])[1])
     assert "saturated: server" in rendered and "server 45.0 ms" in rendered
+
+
+def test_the_loop_lag_figure_is_medians_per_level_and_codec_with_the_50_session_target() -> None:
+    from benchmarks import loop_lag  # noqa: PLC0415 (only this test needs it)
+
+    def probe(codec: str, sessions: int, p99: float, index: int) -> dict[str, Any]:
+        return {
+            "codec": codec, "sessions": sessions, "round": index, "lag_p50_ms": 1.0,
+            "lag_p99_ms": p99, "client_cpu_pct_per_session": 2.0, "server_cpu_pct": 10.0,
+            "machine_busy_cores": 1.0, "loadavg_1m_before": 0.5,
+        }  # fmt: skip
+
+    results = [
+        probe("loop", 50, 6.0, 0), probe("thread", 50, 9.0, 0),
+        probe("thread", 50, 11.0, 1), probe("loop", 50, 8.0, 1),
+        {"codec": "loop", "sessions": 10, "round": 0, "error": "TimeoutError"},
+    ]  # fmt: skip
+    assert [(c, s) for s, c, _ in loop_lag.order((1, 50), 2)][:4] == [
+        ("loop", 1), ("thread", 1), ("thread", 1), ("loop", 1)
+    ]  # fmt: skip
+    figure = loop_lag.figure(results, 2)
+    rows = {r.label: r for r in figure.rows}
+    on_loop = rows["loop lag p99, 50 sessions, audio_codec='loop'"]
+    assert (on_loop.median, on_loop.verdict) == (pytest.approx(7.0), "PASS")
+    assert rows["loop lag p99, 50 sessions, audio_codec='thread'"].target is None
+    assert any("ERROR TimeoutError" in note for note in figure.notes)
