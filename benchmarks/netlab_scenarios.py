@@ -56,6 +56,8 @@ class Figures:
     detected_by: str | None = None
     recovery: float | None = None
     tiers: list[str] = field(default_factory=list)
+    #: Each recovery's start after the fault: (s from the fault, tier or channel, reason).
+    recoveries: list[tuple[float, str, str]] = field(default_factory=list)
     media_recoveries: int = 0
     reconnects: dict[str, int] = field(default_factory=dict)
     turns_sent: int = 0
@@ -268,10 +270,13 @@ def _fill(
             tier = str(event.data.get("tier"))
             if event.data.get("attempt") == 1:
                 reconnects[tier] += 1
+                figures.recoveries.append((at - fault_at, tier, str(event.data.get("reason"))))
             if tier not in figures.tiers:
                 figures.tiers.append(tier)
         elif name == "media_recovering" and at >= fault_at:
             figures.media_recoveries += 1
+            channel = str(event.data.get("channel"))
+            figures.recoveries.append((at - fault_at, channel, str(event.data.get("reason"))))
             if "media" not in figures.tiers:
                 figures.tiers.append("media")
         elif name == "turn_resent":
