@@ -29,6 +29,7 @@ from avatar_sdk.errors import AvatarError
 from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import NetworkLab
+from avatar_sdk.testing.leaks import LeakCheck
 
 #: The lab's session: the product defaults, connect bounds shrunk for a loaded CI machine,
 #: and connection_quality every second (the rate-limit figure reads it).
@@ -76,6 +77,8 @@ class Figures:
     network_changes: list[str] = field(default_factory=list)
     final_state: str = ""
     errors: list[str] = field(default_factory=list)
+    #: Tasks, sockets and peers of the session still open after its close (a leak).
+    leaks: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return "NETLAB " + json.dumps(asdict(self), default=str)
@@ -155,6 +158,7 @@ async def run_scenario(
     figures = Figures(name)
     async with NetworkLab() as lab, lab.staging(**(staging_options or {})) as staging:
         with lab.client():  # every socket the session opens: the client namespace
+            check = LeakCheck()
             session = AvatarSession(
                 staging.url,
                 staging.token,
@@ -229,6 +233,7 @@ async def run_scenario(
                 figures.final_state = session.state
             finally:
                 await session.close()
+            figures.leaks = await check.settle(5.0)
     return figures
 
 

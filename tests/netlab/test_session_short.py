@@ -28,6 +28,7 @@ def no_turn_lost(f: Figures) -> None:
     assert f.turns_answered == f.turns_sent >= 2
     assert f.turns_duplicated == 0
     assert f.final_state == "connected"
+    assert f.leaks == []
 
 
 async def test_five_percent_loss_needs_no_recovery() -> None:
