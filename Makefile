@@ -100,7 +100,7 @@ test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools $(foreach v,$(
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m slow --timeout 900
 
-# The network lab's full matrix (root; ~15 minutes): loss, blackholes, reject, flaps and a rate
+# The network lab's full matrix (root; ~11 minutes): loss, blackholes, reject, flaps and a rate
 # limit against an audio+video session, one scenario at a time (each prints its figures).
 netlab: $(STAMP) netlab-tools
 	$(PY) -m pytest -q -s -m netlab -p no:xdist tests/netlab --timeout 900

@@ -49,9 +49,10 @@ def run() -> FigureResult:
         figures = asyncio.run(lab.run_scenario(name, fault, expect_recovery=recovers))
         measured.append(asdict(figures))
         if figures.detection is not None:
-            result.rows.append(
-                Row(f"{name}: detection", 1, figures.detection, "s", target=Target("<", 3.0, "s"))
-            )
+            # A lost path is found within the media's 2 s bounds; a rate limit is no lost
+            # path (what notices it, if anything, is the figure).
+            target = None if name.startswith("rate") else Target("<", 3.0, "s")
+            result.rows.append(Row(f"{name}: detection", 1, figures.detection, "s", target=target))
         if figures.recovery is not None:
             result.rows.append(Row(f"{name}: recovery", 1, figures.recovery, "s"))
         tiers = ", ".join(figures.tiers) or "none"

@@ -29,6 +29,7 @@ from avatar_sdk.errors import AvatarError
 from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import NetworkLab
+from avatar_sdk.testing.leaks import LeakCheck
 
 #: The lab's session: the product defaults, connect bounds shrunk for a loaded CI machine,
 #: and connection_quality every second (the rate-limit figure reads it).
@@ -56,6 +57,8 @@ class Figures:
     detected_by: str | None = None
     recovery: float | None = None
     tiers: list[str] = field(default_factory=list)
+    #: Each recovery's start after the fault: (s from the fault, tier or channel, reason).
+    recoveries: list[tuple[float, str, str]] = field(default_factory=list)
     media_recoveries: int = 0
     reconnects: dict[str, int] = field(default_factory=dict)
     turns_sent: int = 0
@@ -74,6 +77,8 @@ class Figures:
     network_changes: list[str] = field(default_factory=list)
     final_state: str = ""
     errors: list[str] = field(default_factory=list)
+    #: Tasks, sockets and peers of the session still open after its close (a leak).
+    leaks: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return "NETLAB " + json.dumps(asdict(self), default=str)
@@ -153,6 +158,7 @@ async def run_scenario(
     figures = Figures(name)
     async with NetworkLab() as lab, lab.staging(**(staging_options or {})) as staging:
         with lab.client():  # every socket the session opens: the client namespace
+            check = LeakCheck()
             session = AvatarSession(
                 staging.url,
                 staging.token,
@@ -227,6 +233,7 @@ async def run_scenario(
                 figures.final_state = session.state
             finally:
                 await session.close()
+            figures.leaks = await check.settle(5.0)
     return figures
 
 
@@ -268,10 +275,13 @@ def _fill(
             tier = str(event.data.get("tier"))
             if event.data.get("attempt") == 1:
                 reconnects[tier] += 1
+                figures.recoveries.append((at - fault_at, tier, str(event.data.get("reason"))))
             if tier not in figures.tiers:
                 figures.tiers.append(tier)
         elif name == "media_recovering" and at >= fault_at:
             figures.media_recoveries += 1
+            channel = str(event.data.get("channel"))
+            figures.recoveries.append((at - fault_at, channel, str(event.data.get("reason"))))
             if "media" not in figures.tiers:
                 figures.tiers.append("media")
         elif name == "turn_resent":

@@ -401,7 +401,14 @@ class AvatarSession(EventSource):
     def _network_changed(self, what: str) -> None:
         # Only a change that brings a new path is acted on (netchange.brings_a_path).
         act = brings_a_path(what)
-        self._recovery.notify_network_change(cause="detected", detail=what, probe=act, media=act)
+        watcher = self.network_watcher
+        self._recovery.notify_network_change(
+            cause="detected",
+            detail=what,
+            probe=act,
+            media=act,
+            addresses=watcher.addresses() if watcher is not None else None,
+        )
 
     async def switch_audio(self, track: Any) -> None:
         """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""

@@ -23,6 +23,8 @@ from ..clock import Clock
 from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError, Category, ErrorCode
 from ..logs import sdk_logger
+from ..transport.netchange import stranded
+from ..wire.disconnect import TRANSPORT_ERROR
 from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
 from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_connect_failure
@@ -448,15 +450,25 @@ class RecoveryController:
         detail: str = "",
         probe: bool = True,
         media: bool = True,
+        addresses: frozenset[str] | None = None,
     ) -> None:
         """The host's network changed: probe the control socket at once and (``media``)
         restart both media channels, each once the socket has answered a probe.
-        ``probe=False``: only say so (a change that took paths away and gave none)."""
+        ``probe=False``: only say so (a change that took paths away and gave none).
+        ``addresses``: the host's addresses now, when known: a socket bound to one that is
+        gone is dead for certain and dropped at once, without waiting for a probe."""
         if self._machine.terminal:
             return
         link = self._slot.current
         if link is not None and probe:
             link.channel.last_activity = 0.0  # the next watchdog tick probes at once
+            local = link.channel.local_address()
+            if link.connected and stranded(local, addresses):
+                log.info("the control socket's address %s is gone: dropping it", local)
+                self._stats.dead_socket_detections += 1
+                self._slot.tasks(link).spawn(
+                    link.channel.drop(TRANSPORT_ERROR), "drop-stranded-socket"
+                )
         self._emit("network_changed", {"cause": cause, "detail": detail})
         if media and probe:
             self.media.network_changed(detail or cause)

@@ -247,6 +247,23 @@ class ControlChannel:
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"send {event} failed") from exc
         self.counters.events_out += 1
 
+    def local_address(self) -> str | None:
+        """The local IP address the websocket is bound to (None: not known, e.g. HTTP
+        long-polling, or no connection)."""
+        client = self._client
+        eio = getattr(client, "eio", None)
+        ws = getattr(eio, "ws", None)
+        if ws is None:
+            return None
+        try:
+            sockname = ws.get_extra_info("sockname")
+        except Exception as exc:  # a closed transport: not known
+            log.debug("no websocket address (%s)", type(exc).__name__)
+            return None
+        if isinstance(sockname, tuple) and sockname and isinstance(sockname[0], str):
+            return sockname[0]
+        return None
+
     async def drop(self, reason: str = "ping timeout") -> None:
         """Kill a transport judged dead (a probe went unanswered); reported with ``reason``."""
         if self._client is not None:

@@ -28,6 +28,7 @@ __all__ = [
     "dump_request",
     "snapshot_of",
     "split_messages",
+    "stranded",
 ]
 
 # rtnetlink message types (linux/rtnetlink.h)
@@ -212,6 +213,29 @@ def brings_a_path(description: str) -> bool:
     that may live through a short outage (TCP retransmits across a one-second flap)."""
     parts = description.replace(";", ",").split(",")
     return any(p.strip().endswith((" added", " up")) for p in parts)
+
+
+def stranded(local: str | None, addresses: Iterable[str] | None) -> bool:
+    """Whether a connection bound to ``local`` lost its address: the host no longer has it
+    (among ``addresses``, the host's addresses as the watcher knows them). Unknown either
+    way (None), or a loopback address (never among them), is not stranded."""
+    if local is None or addresses is None:
+        return False
+    try:
+        addr = ipaddress.ip_address(local.split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if addr.is_loopback or addr.is_link_local:
+        return False
+    known = set()
+    for text in addresses:
+        try:
+            known.add(ipaddress.ip_address(text.split("%")[0]))
+        except ValueError:
+            continue
+    return addr not in known
 
 
 #: A polling snapshot: (interface name, address) pairs, loopback and link-local left out.

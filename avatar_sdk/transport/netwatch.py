@@ -76,6 +76,12 @@ class NetworkWatcher:
         self.mode: str | None = None
         #: Set once the watcher knows the network as it is (changes count from then).
         self.ready = asyncio.Event()
+        self._addresses: frozenset[str] | None = None
+
+    def addresses(self) -> frozenset[str] | None:
+        """The host's addresses as last seen (loopback and link-local left out), or None
+        before the watcher knows them."""
+        return self._addresses
 
     async def run(self) -> None:
         if self._netlink:
@@ -146,6 +152,7 @@ class NetworkWatcher:
                     continue
                 messages = list(split_messages(data))
                 changes = state.apply_all(messages)
+                self._addresses = frozenset(address for _, address in state.addresses)
                 if dumping:
                     if any(m.type in (_DONE, _ERROR) for m in messages):
                         if dumps:
@@ -170,10 +177,12 @@ class NetworkWatcher:
         # session's sockets are the loop thread's), and the call is a local kernel query
         # (getifaddrs) that takes well under a millisecond.
         last = host_snapshot()
+        self._addresses = frozenset(address for _, address in last)
         self.ready.set()
         while True:
             await self._clock.sleep(self.poll_interval)
             now = host_snapshot()
+            self._addresses = frozenset(address for _, address in now)
             what = diff_snapshots(last, now)
             last = now
             if what is not None:

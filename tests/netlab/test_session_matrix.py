@@ -33,6 +33,7 @@ def no_turn_lost(f: Figures) -> None:
     assert f.turns_answered == f.turns_sent >= 2
     assert f.turns_duplicated == 0
     assert f.final_state == "connected"
+    assert f.leaks == []
 
 
 @pytest.mark.parametrize("percent", [1, 5, 10])
@@ -71,6 +72,8 @@ async def test_blackholes_are_recovered_with_no_turn_lost(seconds: float, protoc
     no_turn_lost(f)
     if protocol != "tcp":  # media: dead within its 2 s bounds
         assert f.detection is not None and f.detection < 3.0
+    elif seconds > 7.0:  # the socket alone: its probe, socket_probe_interval + timeout (6 s)
+        assert f.detection is not None and f.detection < 7.5
     assert f.recovery is not None and f.recovery < 15.0
 
 

@@ -28,6 +28,7 @@ def no_turn_lost(f: Figures) -> None:
     assert f.turns_answered == f.turns_sent >= 2
     assert f.turns_duplicated == 0
     assert f.final_state == "connected"
+    assert f.leaks == []
 
 
 async def test_five_percent_loss_needs_no_recovery() -> None:
@@ -58,9 +59,15 @@ async def test_a_tcp_reset_is_classified_and_recovered() -> None:
 
 
 async def test_an_address_change_is_detected_by_the_network_watch() -> None:
+    """Found by the network watch in well under 2 s; the control socket, bound to the
+    address that is gone, is dropped at once as a transport error (regression: it waited
+    for a probe to time out, one more second, as a ``ping timeout``)."""
     f = show(await run_scenario("address change", address_change()))
     no_turn_lost(f)
     assert f.detected_by == "network_changed"
     assert f.detection is not None and f.detection < 2.0
     assert any("added" in change for change in f.network_changes)
+    first_at, tier, reason = f.recoveries[0]
+    assert (tier, reason) == ("socket", "transport error")
+    assert first_at - f.detection < 0.5
     assert f.recovery is not None and f.recovery < 10.0

@@ -57,7 +57,7 @@ async def test_close_right_after_a_probe_answer_stops_every_task_at_once(
         await session.connect()
         await session.wait_for("agent_turn_ended", timeout=3)
         answered = session.expect("capacity_changed", timeout=3)
-        session.notify_network_change()  # the watchdog probes at its next tick
+        session.notify_network_change(media=False)  # the watchdog probes at its next tick
         await answered  # resolved with the probe's own waiter, in the same loop iteration
         await _close_at_once(session, caplog)  # the socket watchdog swallows the cancel
     finally:

@@ -293,7 +293,7 @@ class Tour:
         """Until the server answers a probe sent now: on one ordered socket, it has read
         everything the client sent before."""
         read = self.session.expect("capacity_changed", timeout=RECOVERY)
-        self.session.notify_network_change()  # the socket watchdog probes at its next tick
+        self.session.notify_network_change(media=False)  # the watchdog probes at its next tick
         await read
 
     # -- the audit --------------------------------------------------------------------------

@@ -94,7 +94,7 @@ async def test_resume_written_into_a_silent_socket_holds_on_the_server_after_in_
     sid = staging.live_sids[0]
     await session.pause()
     read = session.expect("capacity_changed", timeout=3)
-    session.notify_network_change()  # a probe now: its answer shows the pause was read
+    session.notify_network_change(media=False)  # a probe now: its answer shows the pause was read
     await read
     assert staging.conversations[sid].paused
     recovered = session.expect("reconnected", timeout=10)

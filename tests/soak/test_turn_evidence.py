@@ -57,7 +57,7 @@ async def _second_turn_into_a_dead_socket(
     staging.brain.stall(STALL)
     await session.speak(first)
     read = session.expect("capacity_changed", timeout=3)
-    session.notify_network_change()  # a probe answered: the server has read ``first``
+    session.notify_network_change(media=False)  # a probe answered: the server has read ``first``
     await read
     assert [e.payload["text"] for e in staging.received_events("onTextEntered")][-1] == first
     recovered = session.expect("reconnected", timeout=10)

@@ -159,3 +159,21 @@ def test_docs_list_the_same_exit_codes_as_the_help() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     rows = [f"| {code} | {meaning} |" for code, meaning in exits.TABLE]
     assert all(row in text for row in rows), "docs/cli.md: paste the exit-code table"
+
+
+def test_netlab_without_its_requirements_says_what_and_how(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``avatar-sdk netlab`` where the lab cannot run: exit 3, the missing part and its fix,
+    before anything is made."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from avatar_sdk._cli.main import main  # noqa: PLC0415
+    from avatar_sdk.testing import netlab  # noqa: PLC0415
+
+    monkeypatch.setattr(
+        netlab, "requirements", lambda: "the network lab needs:\n  - root; fix: run as root"
+    )
+    result = CliRunner().invoke(main, ["netlab", "--loss", "5", "--", "true"])
+    assert result.exit_code == 3
+    assert "the network lab needs" in result.output and "run as root" in result.output

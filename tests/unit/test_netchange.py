@@ -32,6 +32,7 @@ from avatar_sdk.transport.netchange import (
     dump_request,
     snapshot_of,
     split_messages,
+    stranded,
 )
 
 
@@ -218,3 +219,24 @@ async def test_a_failing_callback_is_logged_not_fatal(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("local", "addresses", "gone"),
+    [
+        ("10.0.0.2", {"10.0.0.3"}, True),
+        ("10.0.0.2", {"10.0.0.2", "10.0.0.3"}, False),
+        ("::ffff:10.0.0.2", {"10.0.0.2"}, False),  # the same address, IPv4-mapped
+        ("::ffff:10.0.0.2", {"10.0.0.3"}, True),
+        ("2001:db8::5", {"2001:db8::6"}, True),
+        ("127.0.0.1", set(), False),  # loopback is never among the host's addresses
+        ("fe80::1%eth0", set(), False),
+        (None, {"10.0.0.3"}, False),  # not known: not stranded
+        ("10.0.0.2", None, False),
+        ("not an address", {"10.0.0.3"}, False),
+    ],
+)
+def test_a_socket_is_stranded_only_when_its_address_is_known_gone(
+    local: str | None, addresses: set[str] | None, gone: bool
+) -> None:
+    assert stranded(local, addresses) is gone

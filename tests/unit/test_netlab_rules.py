@@ -141,3 +141,20 @@ def test_requirements_name_each_missing_part_with_its_fix() -> None:
     both = missing_requirements(HostFacts("linux", 1 << CAP_NET_ADMIN, {}))
     assert len(both) == 2
     assert "iproute2 nftables" in both[1].fix
+
+
+async def test_a_lab_that_cannot_run_says_why_before_making_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from avatar_sdk.testing.netlab import LabUnavailable, NetworkLab, lab  # noqa: PLC0415
+
+    made: list[list[str]] = []
+    monkeypatch.setattr(
+        lab, "requirements", lambda: "the network lab needs:\n  - root; fix: run as root"
+    )
+    monkeypatch.setattr(NetworkLab, "_run_sync", lambda self, argv, stdin: made.append(argv))
+    with pytest.raises(LabUnavailable, match="run as root") as caught:
+        async with NetworkLab():
+            pass
+    assert caught.value.code == "invalid_state"
+    assert made == []
