@@ -38,7 +38,6 @@ async def _session(staging: StagingServer, thread: str) -> tuple[AvatarSession, 
         config=CONFIG,
         allow_insecure_transport=True,
     )
-    started = time.perf_counter()
     await session.connect()
     connected = time.perf_counter()
     await session.wait_until_quiet(timeout=30.0)  # the greeting, said
