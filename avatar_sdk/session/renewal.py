@@ -283,13 +283,24 @@ class RenewalController:
     # -- break before make ------------------------------------------------------------------
     async def _break_before_make(self) -> None:
         m = self._machine
+        policy = self._policy or RenewalPolicy()
+        # The old link is closed at a turn boundary too (or at the last safe moment).
+        deadline = swap_deadline(
+            policy,
+            ready_at=self._clock.monotonic(),
+            now=self._clock.monotonic(),
+            left=self.time_left,
+            cap=self.time.known_cap,
+        )
+        cut = not await self._until_boundary(None, deadline)
         if not m.try_fire("renew_break"):
             log.info("break-before-make renewal not started in %s", m.state)
             return
         old = self._slot.current
         last_frame = _last_out(old)
+        abandoned = self._parts.abandon_tool_calls() if cut else []
         await self._slot.retire(self._config.close_timeout / 2)
-        retry = (self._policy or RenewalPolicy()).retry
+        retry = policy.retry
         prepared: _Prepared | None = None
         try:
             async for attempt in AsyncRetrying(
@@ -306,7 +317,6 @@ class RenewalController:
             ):
                 with attempt:
                     prepared = await self._prepare()
-                    await self._until_boundary(prepared, self._clock.monotonic())
                     if prepared.lost.is_set():
                         await self._discard(prepared)
                         raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "the new link dropped")
@@ -320,8 +330,8 @@ class RenewalController:
         self._swap(prepared, None)
         if not m.try_fire("renewed"):
             return  # the session ended meanwhile: its endings close the slot
-        self._spawn(self._parts.deliver(False), "turn-delivery")
-        await self._renewed("break_before_make", prepared.link, last_frame, False, [])
+        self._spawn(self._parts.deliver(cut), "turn-delivery")
+        await self._renewed("break_before_make", prepared.link, last_frame, cut, abandoned)
 
     # -- the parts --------------------------------------------------------------------------
     async def _prepare(self) -> _Prepared:
@@ -380,10 +390,11 @@ class RenewalController:
         if prepared.lost.is_set():
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, prepared.lost_reason or "dropped")
 
-    async def _until_boundary(self, prepared: _Prepared, deadline: float) -> bool:
-        """Until the session is at a turn boundary (True) or ``deadline`` (False)."""
+    async def _until_boundary(self, prepared: _Prepared | None, deadline: float) -> bool:
+        """Until the session is at a turn boundary (True) or ``deadline`` (False); False at
+        once when the prepared link drops or the current server session has ended."""
         clock = self._clock
-        while not prepared.lost.is_set():
+        while prepared is None or not prepared.lost.is_set():
             if self._parts.boundary().reached:
                 return True
             if self._ended_current:
