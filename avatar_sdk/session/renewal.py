@@ -131,6 +131,9 @@ class RenewalController:
         #: then ended (``conversationEnded``) with a renewal to take over.
         self._expired = False
         self._ended_current = False
+        #: The link a renewal at the cap gave up on: the watch does not try again on it (it
+        #: serves until its cap, whose end is then taken over, see :meth:`take_over`).
+        self._given_up: ServerLink | None = None
         self.listener = LinkListener(self._on_inbound, self._on_protocol_error, self._on_disconnect)
 
     # -- facts ------------------------------------------------------------------------------
@@ -186,6 +189,8 @@ class RenewalController:
             await self._clock.sleep(WATCH_TICK)
             if self.renewing or not self._machine.connected:
                 continue
+            if self._slot.current is self._given_up:
+                continue
             due = renewal_due(
                 self._policy,
                 self.time_left,
@@ -194,7 +199,10 @@ class RenewalController:
                 cap=self.time.known_cap,
             )
             if due == "now":
+                link, before = self._slot.current, self._stats.renewals
                 await self.renew("time_cap")
+                if self._stats.renewals == before and self._slot.current is link:
+                    self._given_up = link
 
     async def renew(self, reason: str) -> None:
         """One renewal, to its end (``session_renewed``, or given up with the current link
@@ -264,8 +272,11 @@ class RenewalController:
             cut = not await self._until_boundary(prepared, deadline)
             if prepared.lost.is_set():
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "the new link dropped before swap")
+            if self._machine.paused or self._machine.terminal:
+                # Paused by the user (or ending): not renewed, the cap decides.
+                raise AvatarError(ErrorCode.INVALID_STATE, f"no renewal in {self._machine.state}")
             if not self._machine.connected:
-                # The current link is recovering (or the session ends): no swap onto it.
+                # The current link is recovering: no swap onto it now; tried again.
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"no swap in {self._machine.state}")
         except BaseException:
             await self._discard(prepared)

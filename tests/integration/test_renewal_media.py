@@ -99,3 +99,30 @@ async def test_the_new_server_session_is_unseen_and_unheard_until_the_swap(
         assert lanes.stv.first_out_at is not None
     finally:
         await session.close()
+
+
+async def test_closing_during_a_renewal_leaves_nothing_behind(staging: StagingServer) -> None:
+    check = LeakCheck()
+    session = AvatarSession(
+        staging.url, staging.token, thread_id="thr-close-mid-renewal",
+        config=FAST.with_(renewal=RenewalPolicy()), allow_insecure_transport=True,
+    )  # fmt: skip
+    await session.connect(wait_for_greeting=True)
+    renewal = asyncio.ensure_future(session.renew())
+
+    # The new link has joined and subscribed its downlink, its greeting playing unseen.
+    def subscribed() -> bool:
+        links = list(session._slot.preparing)
+        lanes = links[0].lanes if links else None
+        return lanes is not None and lanes.stv is not None and lanes.stv.location is not None
+
+    assert await until(subscribed, HANG_GUARD)
+    assert not renewal.done()
+    await asyncio.wait_for(session.close(), HANG_GUARD)
+    await asyncio.wait_for(asyncio.gather(renewal, return_exceptions=True), HANG_GUARD)
+    assert session.state == "ended"
+    assert await until(lambda: not staging.live_sids, HANG_GUARD)
+    media = staging.media
+    assert await until(lambda: media.whep_deletes == media.whep_posts, HANG_GUARD)
+    assert await until(lambda: not media.asr_peers, HANG_GUARD)
+    assert await check.settle(HANG_GUARD) == []
