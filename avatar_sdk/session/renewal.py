@@ -189,7 +189,7 @@ class RenewalController:
             await self._clock.sleep(WATCH_TICK)
             if self.renewing or not self._machine.connected:
                 continue
-            if self._slot.current is self._given_up:
+            if self._given_up is not None and self._slot.current is self._given_up:
                 continue
             due = renewal_due(
                 self._policy,

@@ -167,3 +167,29 @@ def test_the_session_config_fields() -> None:
     for bad in ({"renewal": "on"}, {"max_conversation_length": 0}, {"max_conversation_length": -1}):
         with pytest.raises(AvatarError):
             SessionConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_the_machine_declares_the_renewing_state_and_draws_it() -> None:
+    from avatar_sdk.session.machine import SessionMachine, mermaid  # noqa: PLC0415
+
+    m = SessionMachine(strict=True)
+    for step in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):
+        m.fire(step)
+    m.fire("approved")
+    assert not m.can("renewed")  # only from renewing
+    m.fire("renew_break")
+    assert m.state == "renewing" and m.takes_turns and not m.usable and not m.link_up
+    assert m.health().upstream == "connecting"
+    m.fire("renewed")
+    assert m.state == "connected"
+    m.fire("renew_break")
+    m.fire("renewal_failed")
+    assert m.state == "cold_reconnecting"
+    diagram = mermaid()
+    for line in (
+        "connected --> renewing: renew_break",
+        "renewing --> connected: renewed",
+        "renewing --> cold_reconnecting: renewal_failed",
+        "renewing --> disconnecting: end",
+    ):
+        assert line in diagram, line
