@@ -37,6 +37,7 @@ KINDS: tuple[str, ...] = (
     "greeting",
     "turn",
     "recovery",
+    "renewal",
     "error",
     "completed",
     "metric",
@@ -190,6 +191,9 @@ class FleetStats:
         self._failures = Counter[str]()
         self._outcomes = Counter[str]()
         self._recoveries: dict[str, list[float]] = defaultdict(list)
+        #: Renewals past the server's cap: their gaps, and how many of each strategy.
+        self._renewal_gaps: list[float] = []
+        self._renewals = Counter[str]()
         self._metrics: dict[str, list[float]] = defaultdict(list)
         # timeline material: (t, +1/-1) for sessions, (t, name, seconds) for latencies
         self._activity: list[tuple[float, int]] = []
@@ -236,6 +240,11 @@ class FleetStats:
             seconds = m.get("seconds")
             if isinstance(seconds, int | float):
                 self._recoveries[str(m.get("tier", "?"))].append(float(seconds))
+        elif kind == "renewal":
+            self._renewals[str(m.get("strategy", "?"))] += 1
+            gap = m.get("gap")
+            if isinstance(gap, int | float) and not isinstance(gap, bool):
+                self._renewal_gaps.append(float(gap))
         elif kind == "error":
             self._errors[str(m.get("code", "unknown"))] += 1
         elif kind == "completed":
@@ -283,6 +292,11 @@ class FleetStats:
             "errors": dict(self._errors),
             "failures": dict(self._failures),
             "recoveries": {tier: _summary(v) for tier, v in sorted(self._recoveries.items())},
+            "renewals": {
+                "count": sum(self._renewals.values()),
+                "strategies": dict(self._renewals),
+                "gap": _summary(self._renewal_gaps),
+            },
             "outcomes": dict(self._outcomes),
             "metrics": {name: _summary(v) for name, v in sorted(self._metrics.items())},
             "measurements": self.measurements,

@@ -90,6 +90,9 @@ class SessionSpec:
     control_url: str | None = None
     audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC
     cassette_dir: str | None = None
+    #: Renew each session before the server's time cap ends it: ``RenewalPolicy`` keyword
+    #: arguments (``{}``: its defaults); None (default): no renewal (``docs/lifecycle.md``).
+    renewal: Mapping[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("url", "token", "audio"):
@@ -99,6 +102,8 @@ class SessionSpec:
                 raise _invalid("SessionSpec", name, "must be a non-empty string", shown)
         if not isinstance(self.config, Mapping):
             raise _invalid("SessionSpec", "config", "must be a mapping", self.config)
+        if self.renewal is not None and not isinstance(self.renewal, Mapping):
+            raise _invalid("SessionSpec", "renewal", "must be a mapping or None", self.renewal)
         if self.video and not self.media:
             raise _invalid("SessionSpec", "video", "needs media=True", self.video)
         if self.audio_codec not in AUDIO_CODECS:
@@ -120,15 +125,22 @@ class SessionSpec:
                 check_url(value, allow_insecure=insecure, what=f"SessionSpec.{name}", kind=kind)
 
     def session_config(self) -> SessionConfig | None:
-        """The ``SessionConfig`` these keyword arguments make (None: the defaults)."""
-        if not self.config:
+        """The ``SessionConfig`` these keyword arguments make (None: the defaults), with
+        the ``renewal`` policy when one is asked for."""
+        if not self.config and self.renewal is None:
             return None
-        from ..config import SessionConfig  # noqa: PLC0415
+        from ..config import RenewalPolicy, SessionConfig  # noqa: PLC0415
 
         try:
-            return SessionConfig(**dict(self.config))
+            config = SessionConfig(**dict(self.config))
         except TypeError as exc:
             raise _invalid("SessionSpec", "config", f"has an unknown field: {exc}", "") from None
+        if self.renewal is None:
+            return config
+        try:
+            return config.with_(renewal=RenewalPolicy(**dict(self.renewal)))
+        except TypeError as exc:
+            raise _invalid("SessionSpec", "renewal", f"has an unknown field: {exc}", "") from None
 
     def cassette_path(self, index: int) -> Path | None:
         """Where session ``index`` records its cassette (None: ``cassette_dir`` unset)."""

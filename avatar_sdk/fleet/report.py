@@ -102,6 +102,14 @@ def summary_rows(snapshot: Mapping[str, Any]) -> list[list[str]]:
             [f"recovery: {tier}", str(figure["count"]), ms(figure["p50"]), ms(figure["p90"]),
              ms(figure["max"])]
         )  # fmt: skip
+    renewals: Mapping[str, Any] = snapshot.get("renewals") or {}
+    if renewals.get("count"):
+        gap = renewals["gap"]
+        rows.append(
+            [f"renewals ({_counts(renewals['strategies'])})", str(renewals["count"]), "", "", ""]
+        )
+        if gap["count"]:
+            rows.append(_figure_row("renewal gap", gap))
     for name, figure in snapshot["metrics"].items():
         p50, p90, top = (f"{figure[k]:.4g}" for k in ("p50", "p90", "max"))
         rows.append([f"metric: {name}", str(figure["count"]), p50, p90, top])

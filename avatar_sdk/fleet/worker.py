@@ -201,11 +201,21 @@ class _SessionRun:
         def ended(event: Event) -> None:
             self.ended = dict(event.data)
 
+        def renewed(event: Event) -> None:
+            data = event.data
+            self.measure(
+                "renewal",
+                strategy=str(data.get("strategy")),
+                gap=data.get("gap"),
+                cut_turn=bool(data.get("cut_turn")),
+            )
+
         session.on("reconnected", reconnected)
         session.on("media_recovered", media_recovered)
         session.on("error", error)
         session.on("session_completed", completed)
         session.on("ended", ended)
+        session.on("session_renewed", renewed)
 
     async def run(self) -> None:
         """Wait for the ramp slot, run the session; never raises but ``CancelledError``

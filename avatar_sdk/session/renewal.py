@@ -131,6 +131,9 @@ class RenewalController:
         #: then ended (``conversationEnded``) with a renewal to take over.
         self._expired = False
         self._ended_current = False
+        #: The link a renewal at the cap gave up on: the watch does not try again on it (it
+        #: serves until its cap, whose end is then taken over, see :meth:`take_over`).
+        self._given_up: ServerLink | None = None
         self.listener = LinkListener(self._on_inbound, self._on_protocol_error, self._on_disconnect)
 
     # -- facts ------------------------------------------------------------------------------
@@ -186,6 +189,8 @@ class RenewalController:
             await self._clock.sleep(WATCH_TICK)
             if self.renewing or not self._machine.connected:
                 continue
+            if self._given_up is not None and self._slot.current is self._given_up:
+                continue
             due = renewal_due(
                 self._policy,
                 self.time_left,
@@ -194,7 +199,10 @@ class RenewalController:
                 cap=self.time.known_cap,
             )
             if due == "now":
+                link, before = self._slot.current, self._stats.renewals
                 await self.renew("time_cap")
+                if self._stats.renewals == before and self._slot.current is link:
+                    self._given_up = link
 
     async def renew(self, reason: str) -> None:
         """One renewal, to its end (``session_renewed``, or given up with the current link
@@ -264,8 +272,11 @@ class RenewalController:
             cut = not await self._until_boundary(prepared, deadline)
             if prepared.lost.is_set():
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "the new link dropped before swap")
+            if self._machine.paused or self._machine.terminal:
+                # Paused by the user (or ending): not renewed, the cap decides.
+                raise AvatarError(ErrorCode.INVALID_STATE, f"no renewal in {self._machine.state}")
             if not self._machine.connected:
-                # The current link is recovering (or the session ends): no swap onto it.
+                # The current link is recovering: no swap onto it now; tried again.
                 raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"no swap in {self._machine.state}")
         except BaseException:
             await self._discard(prepared)
@@ -283,13 +294,24 @@ class RenewalController:
     # -- break before make ------------------------------------------------------------------
     async def _break_before_make(self) -> None:
         m = self._machine
+        policy = self._policy or RenewalPolicy()
+        # The old link is closed at a turn boundary too (or at the last safe moment).
+        deadline = swap_deadline(
+            policy,
+            ready_at=self._clock.monotonic(),
+            now=self._clock.monotonic(),
+            left=self.time_left,
+            cap=self.time.known_cap,
+        )
+        cut = not await self._until_boundary(None, deadline)
         if not m.try_fire("renew_break"):
             log.info("break-before-make renewal not started in %s", m.state)
             return
         old = self._slot.current
         last_frame = _last_out(old)
+        abandoned = self._parts.abandon_tool_calls() if cut else []
         await self._slot.retire(self._config.close_timeout / 2)
-        retry = (self._policy or RenewalPolicy()).retry
+        retry = policy.retry
         prepared: _Prepared | None = None
         try:
             async for attempt in AsyncRetrying(
@@ -306,7 +328,6 @@ class RenewalController:
             ):
                 with attempt:
                     prepared = await self._prepare()
-                    await self._until_boundary(prepared, self._clock.monotonic())
                     if prepared.lost.is_set():
                         await self._discard(prepared)
                         raise AvatarError(ErrorCode.TRANSPORT_CLOSED, "the new link dropped")
@@ -320,8 +341,8 @@ class RenewalController:
         self._swap(prepared, None)
         if not m.try_fire("renewed"):
             return  # the session ended meanwhile: its endings close the slot
-        self._spawn(self._parts.deliver(False), "turn-delivery")
-        await self._renewed("break_before_make", prepared.link, last_frame, False, [])
+        self._spawn(self._parts.deliver(cut), "turn-delivery")
+        await self._renewed("break_before_make", prepared.link, last_frame, cut, abandoned)
 
     # -- the parts --------------------------------------------------------------------------
     async def _prepare(self) -> _Prepared:
@@ -380,10 +401,11 @@ class RenewalController:
         if prepared.lost.is_set():
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, prepared.lost_reason or "dropped")
 
-    async def _until_boundary(self, prepared: _Prepared, deadline: float) -> bool:
-        """Until the session is at a turn boundary (True) or ``deadline`` (False)."""
+    async def _until_boundary(self, prepared: _Prepared | None, deadline: float) -> bool:
+        """Until the session is at a turn boundary (True) or ``deadline`` (False); False at
+        once when the prepared link drops or the current server session has ended."""
         clock = self._clock
-        while not prepared.lost.is_set():
+        while prepared is None or not prepared.lost.is_set():
             if self._parts.boundary().reached:
                 return True
             if self._ended_current:

@@ -87,3 +87,10 @@ async def odd_measurements(session: AvatarSession, ctx: ScenarioContext) -> None
 async def fault_with_name(session: AvatarSession, ctx: ScenarioContext) -> None:
     """A fault argument called ``name`` (the staging backend refuses it: not a crash)."""
     await ctx.fault("drop_socket", name="x")
+
+
+async def renewed_once(session: AvatarSession, ctx: ScenarioContext) -> None:
+    """A turn, a renewal of the server session on the same thread, a turn on the new one."""
+    await ctx.turn("Before the renewal")
+    await session.renew()
+    await ctx.turn("After the renewal")

@@ -358,3 +358,39 @@ async def test_an_answer_whose_playout_a_forced_swap_cuts_frees_the_floor(
     # The old server session will never say it stopped talking: the floor is free now.
     after = await session.ask("and now?", timeout=HANG_GUARD)
     assert after.text == "You said: and now?"
+
+
+async def test_break_before_make_waits_for_the_greeting_in_progress(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    staging.concurrent_thread_sessions = False
+    staging.brain.greeting = "Hello! " + " ".join(f"word{i}" for i in range(40))  # 1 s said
+    session = make_session(thread_id="thr-bbm-greeting", config=RENEWING)
+    await session.connect()  # the greeting is beginning
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+    await asyncio.wait_for(session.renew(), HANG_GUARD)
+    done = (await renewed).data
+    assert done["strategy"] == "break_before_make" and done["cut_turn"] is False
+    reply = await session.ask("are you there?", timeout=HANG_GUARD)
+    assert reply.text == "You said: are you there?"
+
+
+async def test_when_every_attempt_fails_the_current_link_serves_until_its_cap_then_bbm(
+    staging: StagingServer, make_session: SessionFactory
+) -> None:
+    capped(staging)
+    session = make_session(thread_id="thr-all-fail", config=RENEWING)
+    seen = Recorder(session)
+    renewed = session.expect("session_renewed", timeout=HANG_GUARD + CAP)
+    await session.connect(wait_for_greeting=True)
+    staging.faults.refuse_joins(times=POLICY.retry.max_attempts)  # every attempt's join
+    done = (await renewed).data
+    # The watch gave up on the link after its attempts (no retry storm), the link served
+    # until its cap, and the cap's end was taken over: break before make.
+    assert done["strategy"] == "break_before_make"
+    assert len(staging.received_events("join")) == 1 + POLICY.retry.max_attempts + 1
+    assert len(staging.expired_sids) == 1
+    assert session.state == "connected"
+    assert "ended" not in [e.name for e in seen.events]
+    reply = await session.ask("still with me?", timeout=HANG_GUARD)
+    assert reply.text == "You said: still with me?"
