@@ -86,7 +86,7 @@ class Figures:
 
 class _Frames:
     """Downlink frames summed over every lane the session had (a cold rebuild or a WHEP
-    re-subscribe replaces them), sampled every 0.1 s."""
+    re-subscribe replaces them), sampled every 0.1 s; video frames as received from RTP."""
 
     def __init__(self, session: AvatarSession) -> None:
         self._session = session
@@ -98,7 +98,12 @@ class _Frames:
         lanes = self._session.media
         stv = lanes.stv if lanes is not None else None
         if stv is not None:
-            self._seen[id(stv)] = dict(stv.frames)
+            counts = dict(stv.frames)
+            if stv.video_gate is not None:
+                # Received, decoded or not: nobody watches the video here, so only the
+                # playable gate's first frame is decoded (decode on demand).
+                counts["video"] = stv.video_gate.assembled
+            self._seen[id(stv)] = counts
         total: Counter[str] = Counter()
         for counts in self._seen.values():
             total.update(counts)
