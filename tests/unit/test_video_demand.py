@@ -177,3 +177,30 @@ async def test_the_patch_fails_loudly_when_the_internals_are_missing(missing: st
             )
     finally:
         await pc.close()
+
+
+async def test_request_keyframe_sends_a_pli_per_recent_source_and_flags_the_decoder() -> None:
+    """The video rule's PLI (video_demand.request_keyframe): aiortc's private
+    ``_send_rtcp_pli`` for each source heard recently, plus the decoder-error flag (a PLI
+    on the next packet). Fails if aiortc renames ``_send_rtcp_pli``."""
+    pc = RTCPeerConnection()
+    try:
+        receiver = pc.addTransceiver("video", direction="recvonly").receiver
+        assert callable(receiver._send_rtcp_pli)
+        sent: list[int] = []
+
+        async def send_pli(media_ssrc: int) -> None:
+            sent.append(media_ssrc)
+
+        @dataclass
+        class _Source:
+            source: int
+
+        receiver._send_rtcp_pli = send_pli  # type: ignore[method-assign]
+        receiver.getSynchronizationSources = lambda: [_Source(1234)]  # type: ignore[assignment,method-assign,return-value]
+        error = receiver._RTCRtpReceiver__decoder_error  # type: ignore[attr-defined]
+        assert not error.is_set()
+        assert await video_demand.request_keyframe(receiver) == 1
+        assert sent == [1234] and error.is_set()
+    finally:
+        await pc.close()
