@@ -8,6 +8,7 @@ that lacks them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import queue
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from aiortc import RTCPeerConnection
 from aiortc.jitterbuffer import JitterFrame
-from aiortc.rtcrtpreceiver import RTCRtpReceiver
+from aiortc.rtcrtpreceiver import RTCRtpReceiver, RTCRtpSynchronizationSource
 
 from avatar_sdk.transport import video_demand
 from avatar_sdk.transport.stv import FanoutTrack
@@ -192,12 +193,9 @@ async def test_request_keyframe_sends_a_pli_per_recent_source_and_flags_the_deco
         async def send_pli(media_ssrc: int) -> None:
             sent.append(media_ssrc)
 
-        @dataclass
-        class _Source:
-            source: int
-
+        heard = RTCRtpSynchronizationSource(timestamp=datetime.datetime.now(), source=1234)
         receiver._send_rtcp_pli = send_pli  # type: ignore[method-assign]
-        receiver.getSynchronizationSources = lambda: [_Source(1234)]  # type: ignore[assignment,method-assign,return-value]
+        receiver.getSynchronizationSources = lambda: [heard]  # type: ignore[method-assign]
         error = receiver._RTCRtpReceiver__decoder_error  # type: ignore[attr-defined]
         assert not error.is_set()
         assert await video_demand.request_keyframe(receiver) == 1
