@@ -219,6 +219,14 @@ class SessionConfig:
     media_stall_timeout: float = 2.0
     """Seconds without a decoded downlink frame (ICE still up) before the downlink counts as
     dead; also the floor of the uplink's receiver-report deadline."""
+    video_stall_timeout: float = 3.0
+    """Seconds without a new downlink video frame (assembled from RTP, decoded or not) while
+    the voice still arrives before a keyframe is asked for (an RTCP PLI); only for sessions
+    that receive video. 0 disables the video rule (the voice alone then keeps the downlink
+    alive, as ``media_stall_timeout`` judges it)."""
+    video_keyframe_wait: float = 2.0
+    """Seconds after that keyframe request, with still no video frame, before the downlink
+    is re-subscribed (WHEP, the media tier's in-place recovery)."""
     socket_probe_interval: float = 5.0
     """Seconds of inbound silence on the control socket before it is probed with a
     ``checkAvailability`` round trip; 0 disables the probe (only the socket's own close,

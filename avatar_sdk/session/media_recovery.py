@@ -77,8 +77,10 @@ class MediaTier:
         """Detect dead media fast, per channel: a failed/closed peer, no downlink frames,
         an uplink path that stops answering ICE consent (from the peer's first moment),
         uplink receiver reports overdue against the cadence observed on that server (never
-        less than ``media_stall_timeout``). Silence counts only from when that channel was
-        last usable; a channel under recovery is not judged."""
+        less than ``media_stall_timeout``), downlink video that stops while the voice flows
+        (a keyframe asked for, then a re-subscribe: ``MediaLanes.judge_video``). Silence
+        counts only from when that channel was last usable; a channel under recovery is not
+        judged."""
         stall = self._config.media_stall_timeout
         since: dict[str, float | None] = {"asr": None, "stv": None}
         watched: MediaLanes | None = None
@@ -111,6 +113,9 @@ class MediaTier:
                     # Never act on a stale reading: look at the peer's reports once more.
                     await lanes.poll_asr_reports()
                     why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                if why is None and channel == "stv":
+                    # The voice keeps the downlink alive; its video may still be frozen.
+                    why = await lanes.judge_video(now, start)
                 if why is None:
                     continue
                 peer = lanes.asr if channel == "asr" else lanes.stv

@@ -318,6 +318,18 @@ class Faults:
         self.injected.append(f"media_stall:{channel}")
         self._server.media.media_stall(channel, seconds)
 
+    def freeze_video(
+        self, *, seconds: float | None = None, thaw_on_keyframe_request: bool = False
+    ) -> int:
+        """The avatar's video stops on every current WHEP subscription while its voice goes
+        on (no video RTP at all), for ``seconds`` (None: until cleared, or with
+        ``thaw_on_keyframe_request`` until the client asks for a keyframe with a PLI); a new
+        subscription (a WHEP re-subscribe) gets video again. Returns how many froze."""
+        self.injected.append("freeze_video")
+        return self._server.media.freeze_video(
+            seconds, thaw_on_keyframe_request=thaw_on_keyframe_request
+        )
+
     def whep_404(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")

@@ -87,6 +87,16 @@ class WhepViewer:
     video_codec: str | None = None
     created_at: float = field(default_factory=time.monotonic)
     deleted: bool = False
+    #: Keyframe requests (RTCP PLI) its video sender received from the client.
+    keyframe_requests: int = 0
+    #: Whether a keyframe request ends a :meth:`StagingMedia.freeze_video` of this viewer.
+    thaw_on_keyframe_request: bool = False
+
+    def on_keyframe_request(self) -> None:
+        self.keyframe_requests += 1
+        if self.thaw_on_keyframe_request:
+            self.thaw_on_keyframe_request = False
+            self.video.freeze.resume()
 
     @property
     def location(self) -> str:
@@ -151,6 +161,7 @@ class StagingMedia:
         self.unplayable_remaining = 0
         self._asr_stall_until = 0.0
         self._frames_retired = 0
+        self._frozen: list[WhepViewer] = []  # viewers whose video freeze_video() stopped
         self._whep_lock = asyncio.Lock()
         self._stopping = False
 
@@ -289,6 +300,21 @@ class StagingMedia:
         else:
             self._asr_stall_until = math.inf if seconds is None else time.monotonic() + seconds
 
+    def freeze_video(
+        self, seconds: float | None = None, *, thaw_on_keyframe_request: bool = False
+    ) -> int:
+        """The video of every open WHEP viewer stops (no frame, so no video RTP) while its
+        voice goes on, for ``seconds`` (None: until :meth:`clear_faults`, or with
+        ``thaw_on_keyframe_request`` until the client's first PLI); viewers answered later
+        send video normally. Returns how many viewers were frozen."""
+        self._frozen = [v for v in self._frozen if v.is_open]
+        viewers = [v for v in self.viewers.values() if v.is_open]
+        for viewer in viewers:
+            viewer.thaw_on_keyframe_request = thaw_on_keyframe_request
+            viewer.video.freeze.stall(seconds)
+        self._frozen.extend(viewers)
+        return len(viewers)
+
     def whep_404(self, times: int = 1) -> None:
         self.whep_404_remaining += max(0, times)
 
@@ -314,6 +340,9 @@ class StagingMedia:
     def clear_faults(self) -> None:
         """Back to healthy (held WHEP POSTs whose client still waits are answered)."""
         self.stv_gate.resume()
+        for viewer in self._frozen:
+            viewer.video.freeze.resume()
+        self._frozen.clear()
         self._asr_stall_until = 0.0
         self.stuck.clear()
         self.whep_404_remaining = 0
@@ -488,6 +517,7 @@ class StagingMedia:
         for media in answer.media:
             if media.kind == "video" and media.rtp.codecs:
                 viewer.video_codec = media.rtp.codecs[0].mimeType
+        _count_keyframe_requests(pc, viewer)
         self.viewers[viewer.resource_id] = viewer
         return viewer
 
@@ -511,3 +541,20 @@ class StagingMedia:
         await _close_pc(viewer.pc)
         self.whep_delete_statuses.append(200)
         return web.Response(status=200)
+
+
+def _count_keyframe_requests(pc: Any, viewer: WhepViewer) -> None:
+    """Tell ``viewer`` of each PLI its video sender receives: aiortc 1.16's
+    ``RTCRtpSender._handle_rtcp_packet`` calls ``self._send_keyframe()`` on a PLI, so an
+    instance attribute of that name is called first (then aiortc's own)."""
+    for transceiver in pc.getTransceivers():
+        sender = transceiver.sender
+        if transceiver.kind != "video" or not callable(getattr(sender, "_send_keyframe", None)):
+            continue
+        original = sender._send_keyframe
+
+        def on_pli(original: Any = original) -> None:
+            viewer.on_keyframe_request()
+            original()
+
+        sender._send_keyframe = on_pli

@@ -132,8 +132,12 @@ class PatternTrack(_PacedTrack):
         self.height = height
         self._ramp = bytes(16 + (x * 2) % 220 for x in range(2 * width))
         self._last_pts = -1
+        #: This track's own stall switch (the video only, not the voice sharing ``gate``).
+        self.freeze = MediaGate()
 
     async def recv(self) -> av.VideoFrame:
+        if self.freeze.stalled:
+            await self.freeze.wait_open()
         elapsed = await self._next_slot()
         frame = self.render(self.frames_sent)
         pts = max(self._last_pts + 1, int(elapsed * VIDEO_CLOCK))

@@ -37,6 +37,7 @@ from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
 from .observe import WireObserver, notify
 from .stv import FanoutTrack, StvDownlink, whep_http_session
+from .video_stall import VideoAction, VideoStallRule
 
 log = sdk_logger(__name__)
 
@@ -109,6 +110,8 @@ class MediaLanes:
         self.asr_reports = 0  # receiver reports seen on the uplink, all peers together
         self._asr_report_key: object = None
         self.peer_down = asyncio.Event()
+        #: Keyframes the downlink's video rule asked for (all subscriptions together).
+        self.video_keyframe_requests = 0
 
     @property
     def asr_report_at(self) -> float | None:
@@ -203,6 +206,11 @@ class MediaLanes:
             guard=self._guard,
             decode_audio_on_loop=self._on_loop,
             observer=self._observer,
+            video_rule=VideoStallRule(
+                stall=self._config.video_stall_timeout,
+                keyframe_wait=self._config.video_keyframe_wait,
+                audio_stall=self._config.media_stall_timeout,
+            ),
         )
         self._watch(link.pc, "stv")
         return link
@@ -311,6 +319,36 @@ class MediaLanes:
                 if silent is not None and silent > stall_timeout:
                     down["stv"] = f"no media for {silent:.1f}s"
         return down
+
+    async def judge_video(self, now: float, watching_since: float | None) -> str | None:
+        """The downlink's video rule (:mod:`.video_stall`), looked at once: no video frame
+        for ``video_stall_timeout`` while the voice flows asks for a keyframe (a PLI, sent
+        here); still none ``video_keyframe_wait`` later returns the reason to re-subscribe
+        (None otherwise). Only for a connected downlink that receives video; silence counts
+        from ``watching_since`` as in :meth:`down_channels`."""
+        stv = self.stv
+        if stv is None or stv.video_rule is None or stv.pc.connectionState != "connected":
+            return None
+        rule = stv.video_rule
+        action = rule.judge(
+            now,
+            video=self._video,
+            last_video=stv.last_video_at,
+            last_audio=stv.last_decoded_at.get("audio"),
+            since=watching_since,
+        )
+        if action is VideoAction.KEYFRAME:
+            self.video_keyframe_requests += 1
+            sent = await stv.request_keyframe()
+            log.info(
+                "no video for %.1fs while the voice flows: keyframe asked for (%d PLI)",
+                rule.silence or 0.0,
+                sent,
+            )
+            return None
+        if action is VideoAction.RESUBSCRIBE:
+            return rule.reason(now)
+        return None
 
     # -- in-place recovery (tier 2) -------------------------------------------------------------
     def _expect_event(self, name: str) -> asyncio.Future[InboundEvent]:

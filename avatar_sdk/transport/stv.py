@@ -27,6 +27,7 @@ from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
 from .observe import HttpExchange, WireObserver, notify
 from .tls import connector, tls_error
+from .video_stall import VideoStallRule
 
 log = sdk_logger(__name__)
 
@@ -147,8 +148,12 @@ class StvDownlink:
         decode_audio_on_loop: bool = False,
         decode_unwatched_video: bool = False,
         observer: WireObserver | None = None,
+        video_rule: VideoStallRule | None = None,
     ) -> None:
         """``observer``: told each WHEP exchange (:mod:`.observe`).
+        ``video_rule``: this subscription's video rule (:mod:`.video_stall`), judged by the
+        media watchdog through :meth:`MediaLanes.judge_video
+        <avatar_sdk.transport.media.MediaLanes.judge_video>`.
         ``guard``: the :class:`HostGuard` whose resolver ``http`` connects through (see
         :func:`whep_http_session`); without one, hosts are still resolved and checked
         before each request, but the connection is not pinned to what was checked.
@@ -168,8 +173,11 @@ class StvDownlink:
         self.pc = RTCPeerConnection(configuration)
         #: Decodes the video only while it is watched (:mod:`.video_demand`).
         self.video_gate: video_demand.DemandQueue | None = None
+        self.video_rule = video_rule
+        self.video_receiver: Any = None
         if video:
             receiver = self.pc.addTransceiver("video", direction="recvonly").receiver
+            self.video_receiver = receiver
             shown = outputs.get("video")
             if shown is not None and not decode_unwatched_video:
                 self.video_gate = video_demand.decode_video_on_demand(
@@ -190,6 +198,8 @@ class StvDownlink:
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
         self.first_frame_at: dict[str, float] = {}
         self.last_frame_at: float | None = None
+        #: When a frame of each kind was last decoded (session clock).
+        self.last_decoded_at: dict[str, float] = {}
         #: When a frame was last, and first, handed to an output (session clock): a link
         #: prepared unseen decodes frames that go nowhere until it is revealed.
         self.last_out_at: float | None = None
@@ -208,6 +218,19 @@ class StvDownlink:
         whether decoded or not (liveness must not depend on anybody watching)."""
         marks = [m for m in (self.last_frame_at, self.last_assembled_at) if m is not None]
         return max(marks) if marks else None
+
+    @property
+    def last_video_at(self) -> float | None:
+        """When video last arrived: a frame assembled from RTP (decoded or not) or decoded."""
+        decoded = self.last_decoded_at.get("video")
+        marks = [m for m in (decoded, self.last_assembled_at) if m is not None]
+        return max(marks) if marks else None
+
+    async def request_keyframe(self) -> int:
+        """Ask the sender for a keyframe now (RTCP PLI); returns how many were sent."""
+        if self.video_receiver is None:
+            return 0
+        return await video_demand.request_keyframe(self.video_receiver)
 
     @property
     def last_assembled_at(self) -> float | None:
@@ -304,6 +327,7 @@ class StvDownlink:
             now = self._clock.monotonic()
             self.frames[kind] = self.frames.get(kind, 0) + 1
             self.last_frame_at = now
+            self.last_decoded_at[kind] = now
             if kind not in self.first_frame_at:
                 self.first_frame_at[kind] = now
                 self._first[kind].set()

@@ -41,7 +41,13 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from ..logs import sdk_logger
 
-__all__ = ["PLI_EVERY", "DemandQueue", "decode_video_on_demand", "is_keyframe"]
+__all__ = [
+    "PLI_EVERY",
+    "DemandQueue",
+    "decode_video_on_demand",
+    "is_keyframe",
+    "request_keyframe",
+]
 
 log = sdk_logger(__name__)
 
@@ -178,3 +184,26 @@ def decode_video_on_demand(
     )
     setattr(receiver, _QUEUE, gate)
     return gate
+
+
+async def request_keyframe(receiver: RTCRtpReceiver) -> int:
+    """Ask the sender of ``receiver``'s video for a keyframe at once: an RTCP PLI for each
+    source heard in the last 10 s (aiortc's ``getSynchronizationSources()``), sent now, not
+    on the next RTP packet (a stalled sender may send none); the receiver's decoder-error
+    flag is also set, so aiortc asks again on the next packet. Returns the PLIs sent now.
+
+    Uses aiortc 1.16's ``RTCRtpReceiver._send_rtcp_pli`` (a private name:
+    ``tests/unit/test_video_demand.py`` fails if it moves).
+    """
+    error = getattr(receiver, _ERROR, None)
+    if isinstance(error, threading.Event):
+        error.set()
+    sent = 0
+    for source in receiver.getSynchronizationSources():
+        try:
+            await receiver._send_rtcp_pli(source.source)
+        except Exception as exc:  # a transport closing under us: the next look retries
+            log.debug("PLI not sent: %s: %s", type(exc).__name__, exc)
+            continue
+        sent += 1
+    return sent

@@ -55,6 +55,7 @@ PURE = [
     "avatar_sdk.guards.watchdogs",
     "avatar_sdk.guards.tools",
     "avatar_sdk.transport.cadence",
+    "avatar_sdk.transport.video_stall",
     "avatar_sdk.transport.netchange",
     "avatar_sdk.scripted.protocol",
 ]

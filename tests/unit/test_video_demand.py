@@ -8,6 +8,7 @@ that lacks them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import queue
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from aiortc import RTCPeerConnection
 from aiortc.jitterbuffer import JitterFrame
-from aiortc.rtcrtpreceiver import RTCRtpReceiver
+from aiortc.rtcrtpreceiver import RTCRtpReceiver, RTCRtpSynchronizationSource
 
 from avatar_sdk.transport import video_demand
 from avatar_sdk.transport.stv import FanoutTrack
@@ -175,5 +176,29 @@ async def test_the_patch_fails_loudly_when_the_internals_are_missing(missing: st
             decode_video_on_demand(
                 receiver, demand=lambda: False, first_decoded=lambda: False, clock=lambda: 0.0
             )
+    finally:
+        await pc.close()
+
+
+async def test_request_keyframe_sends_a_pli_per_recent_source_and_flags_the_decoder() -> None:
+    """The video rule's PLI (video_demand.request_keyframe): aiortc's private
+    ``_send_rtcp_pli`` for each source heard recently, plus the decoder-error flag (a PLI
+    on the next packet). Fails if aiortc renames ``_send_rtcp_pli``."""
+    pc = RTCPeerConnection()
+    try:
+        receiver = pc.addTransceiver("video", direction="recvonly").receiver
+        assert callable(receiver._send_rtcp_pli)
+        sent: list[int] = []
+
+        async def send_pli(media_ssrc: int) -> None:
+            sent.append(media_ssrc)
+
+        heard = RTCRtpSynchronizationSource(timestamp=datetime.datetime.now(), source=1234)
+        receiver._send_rtcp_pli = send_pli  # type: ignore[method-assign]
+        receiver.getSynchronizationSources = lambda: [heard]  # type: ignore[method-assign]
+        error = receiver._RTCRtpReceiver__decoder_error  # type: ignore[attr-defined]
+        assert not error.is_set()
+        assert await video_demand.request_keyframe(receiver) == 1
+        assert sent == [1234] and error.is_set()
     finally:
         await pc.close()
