@@ -13,6 +13,7 @@ from avatar_sdk.testing.leaks import (
     sdk_tasks,  # noqa: F401 (re-exported: tests import it here)
 )
 from avatar_sdk.transport.media import MediaLanes
+from avatar_sdk.transport.stv import StvDownlink
 
 from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
 
@@ -92,3 +93,21 @@ def spy_on_media_watchdog(lanes: MediaLanes) -> list[Verdict]:
 
     lanes.down_channels = spy  # type: ignore[method-assign]
     return verdicts
+
+
+async def connected_session(
+    staging: StagingServer, config: SessionConfig, **kwargs: Any
+) -> AvatarSession:
+    """A media session against ``staging``, connected (the caller closes it)."""
+    session = AvatarSession(
+        staging.url, staging.token, allow_insecure_transport=True, config=config, **kwargs
+    )
+    await session.connect()
+    return session
+
+
+def current_downlink(session: AvatarSession) -> StvDownlink:
+    """The session's WHEP downlink of the moment (a re-subscribe replaces it)."""
+    lanes = session.media
+    assert lanes is not None and lanes.stv is not None
+    return lanes.stv

@@ -16,9 +16,8 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.media import FrameIterator
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.synthetic import read_frame_counter
-from avatar_sdk.transport.stv import StvDownlink
 
-from .conftest import FAST, spy_on_media_watchdog, until
+from .conftest import FAST, connected_session, current_downlink, spy_on_media_watchdog, until
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0)
 
@@ -33,16 +32,7 @@ ATTACH_BOUND = 3.0
 
 
 async def _connected(staging: StagingServer, **kwargs: Any) -> AvatarSession:
-    kwargs.setdefault("config", MEDIA)
-    session = AvatarSession(staging.url, staging.token, allow_insecure_transport=True, **kwargs)
-    await session.connect()
-    return session
-
-
-def _downlink(session: AvatarSession) -> StvDownlink:
-    lanes = session.media
-    assert lanes is not None and lanes.stv is not None
-    return lanes.stv
+    return await connected_session(staging, kwargs.pop("config", MEDIA), **kwargs)
 
 
 async def test_unwatched_video_is_not_decoded_and_a_consumer_gets_frames_at_once(
@@ -50,7 +40,7 @@ async def test_unwatched_video_is_not_decoded_and_a_consumer_gets_frames_at_once
 ) -> None:
     session = await _connected(staging)
     try:
-        stv = _downlink(session)
+        stv = current_downlink(session)
         gate = stv.video_gate
         assert gate is not None
         # Nobody reads the video: a second of it is assembled, none of it decoded past the
@@ -93,7 +83,7 @@ async def test_a_session_tap_or_a_waiting_reader_keeps_the_video_decoded(
 ) -> None:
     session = await _connected(staging)
     try:
-        stv = _downlink(session)
+        stv = current_downlink(session)
         video = session.avatar_video
         assert video is not None and stv.video_gate is not None
         seen: list[object] = []
@@ -112,7 +102,7 @@ async def test_liveness_with_nobody_watching_finds_a_dead_downlink_in_its_bound(
     try:
         lanes = session.media
         assert lanes is not None
-        stv = _downlink(session)
+        stv = current_downlink(session)
         gate = stv.video_gate
         assert gate is not None
         verdicts = spy_on_media_watchdog(lanes)

@@ -13,9 +13,8 @@ import time
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.stv import StvDownlink
 
-from .conftest import FAST, spy_on_media_watchdog, until
+from .conftest import FAST, connected_session, current_downlink, spy_on_media_watchdog, until
 
 STALL = 1.0
 KEYFRAME_WAIT = 1.0
@@ -34,15 +33,7 @@ BOUND = STALL + KEYFRAME_WAIT + RESUBSCRIBE
 
 
 async def _connected(staging: StagingServer) -> AvatarSession:
-    session = AvatarSession(staging.url, staging.token, allow_insecure_transport=True, config=MEDIA)
-    await session.connect()
-    return session
-
-
-def _downlink(session: AvatarSession) -> StvDownlink:
-    lanes = session.media
-    assert lanes is not None and lanes.stv is not None
-    return lanes.stv
+    return await connected_session(staging, MEDIA)
 
 
 async def test_frozen_video_with_live_voice_is_recovered_within_the_bound(
@@ -55,7 +46,7 @@ async def test_frozen_video_with_live_voice_is_recovered_within_the_bound(
         stamps: list[float] = []
         video.on_frame = lambda _frame: stamps.append(time.monotonic())  # a watcher
         assert await until(lambda: len(stamps) >= 10, 5)
-        old = _downlink(session)
+        old = current_downlink(session)
         audio_before = old.frames["audio"]
 
         (viewer,) = staging.media.viewers.values()
@@ -77,7 +68,7 @@ async def test_frozen_video_with_live_voice_is_recovered_within_the_bound(
         assert await until(lambda: bool(stamps) and stamps[-1] > frozen_at + STALL, BOUND)
         back = stamps[-1] - frozen_at
         assert back < BOUND, back
-        assert _downlink(session) is not old
+        assert current_downlink(session) is not old
         assert (await recovered).data["channel"] == "stv"
         assert session.state == "connected"
         assert staging.media.whep_posts == 2
@@ -90,7 +81,7 @@ async def test_frozen_unwatched_video_is_recovered_too(staging: StagingServer) -
     by assembly, so a freeze is still found and the new subscription assembles frames."""
     session = await _connected(staging)
     try:
-        old = _downlink(session)
+        old = current_downlink(session)
         gate = old.video_gate
         assert gate is not None
         assert await until(lambda: gate.skipped >= 10, 5)
@@ -99,7 +90,7 @@ async def test_frozen_unwatched_video_is_recovered_too(staging: StagingServer) -
         recovering = await session.wait_for("media_recovering", timeout=BOUND)
         assert recovering.data["channel"] == "stv", recovering.data
         assert (await recovered).data["channel"] == "stv"
-        new = _downlink(session)
+        new = current_downlink(session)
         assert new is not old and new.video_gate is not None
         fresh = new.video_gate
         assert await until(lambda: fresh.assembled >= 10, 5)
@@ -119,7 +110,7 @@ async def test_a_keyframe_request_alone_brings_back_video_the_sender_resumes(
         stamps: list[float] = []
         video.on_frame = lambda _frame: stamps.append(time.monotonic())
         assert await until(lambda: len(stamps) >= 10, 5)
-        old = _downlink(session)
+        old = current_downlink(session)
         rule = old.video_rule
         assert rule is not None
         (viewer,) = staging.media.viewers.values()
@@ -130,7 +121,7 @@ async def test_a_keyframe_request_alone_brings_back_video_the_sender_resumes(
         # The rule saw the video flow again and reset: no re-subscribe for this stall.
         assert await until(lambda: rule.keyframe_at is None, 2)
         assert not rule.resubscribe_asked
-        assert _downlink(session) is old and staging.media.whep_posts == 1
+        assert current_downlink(session) is old and staging.media.whep_posts == 1
         assert session.stats()["reconnects"]["media"] == 0
     finally:
         await session.close()
@@ -143,7 +134,7 @@ async def test_an_audio_only_session_has_no_video_rule_at_work(staging: StagingS
     )
     await session.connect()
     try:
-        stv = _downlink(session)
+        stv = current_downlink(session)
         assert stv.video_receiver is None
         rule = stv.video_rule
         assert rule is not None

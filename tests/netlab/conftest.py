@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from avatar_sdk.testing.netlab import NetworkLab, requirements
+from benchmarks.netlab_scenarios import Figures
 
 OPT_OUT = "AVATAR_SDK_NETLAB"
 
@@ -31,3 +32,18 @@ def _lab_available() -> None:
 async def lab() -> AsyncIterator[NetworkLab]:
     async with NetworkLab() as opened:
         yield opened
+
+
+def show(figures: Figures) -> Figures:
+    """Print a scenario's figures (detection, recovery, frames, turns) in the test output."""
+    print(figures.line())
+    return figures
+
+
+def no_turn_lost(f: Figures) -> None:
+    """Every turn answered once, no error, still connected, nothing leaked."""
+    assert f.errors == []
+    assert f.turns_answered == f.turns_sent >= 2
+    assert f.turns_duplicated == 0
+    assert f.final_state == "connected"
+    assert f.leaks == []

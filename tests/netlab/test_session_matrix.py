@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.netlab_scenarios import (
-    Figures,
     blackhole,
     flap,
     loss,
@@ -18,22 +17,11 @@ from benchmarks.netlab_scenarios import (
     run_scenario,
 )
 
+from .conftest import no_turn_lost, show
+
 pytestmark = [pytest.mark.netlab, pytest.mark.timeout(300)]
 
 LOSS_SECONDS = 60.0
-
-
-def show(figures: Figures) -> Figures:
-    print(figures.line())
-    return figures
-
-
-def no_turn_lost(f: Figures) -> None:
-    assert f.errors == []
-    assert f.turns_answered == f.turns_sent >= 2
-    assert f.turns_duplicated == 0
-    assert f.final_state == "connected"
-    assert f.leaks == []
 
 
 @pytest.mark.parametrize("percent", [1, 5, 10])

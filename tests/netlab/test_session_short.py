@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.netlab_scenarios import (
-    Figures,
     address_change,
     blackhole,
     loss,
@@ -15,20 +14,9 @@ from benchmarks.netlab_scenarios import (
     run_scenario,
 )
 
+from .conftest import no_turn_lost, show
+
 pytestmark = pytest.mark.timeout(120)
-
-
-def show(figures: Figures) -> Figures:
-    print(figures.line())
-    return figures
-
-
-def no_turn_lost(f: Figures) -> None:
-    assert f.errors == []
-    assert f.turns_answered == f.turns_sent >= 2
-    assert f.turns_duplicated == 0
-    assert f.final_state == "connected"
-    assert f.leaks == []
 
 
 async def test_five_percent_loss_needs_no_recovery() -> None:
