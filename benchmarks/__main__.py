@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, load,
-loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
+Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, wakeups,
+load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -39,6 +39,7 @@ from . import (
     telemetry,
     throughput,
     uplink,
+    wakeups,
 )
 from .harness import describe_error
 from .report import RESULTS_PATH, environment, render, write_json
@@ -62,10 +63,12 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "pipecat": (pipecat.TITLE, pipecat.run),
     "renewal": (renewal.TITLE, renewal.run),
     "netlab": (netlab.TITLE, netlab.run),
+    "wakeups": (wakeups.TITLE, wakeups.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
     "connect", "recovery", "throughput", "media", "pacing", "resilience", "uplink", "guards",
+    "wakeups",
     "load",
     "loop_lag",
     "fleet",

@@ -178,11 +178,15 @@ SATURATED_LAG_MS = 20.0
 SATURATED_SHARE = 0.85
 #: The machine counts as saturated when this many of its cores were busy (all processes).
 SATURATED_MACHINE = 0.95
+#: A garbage collection that held a side's loop this long (ms) is named as the cause: one
+#: full collection over 1,000 sessions' objects held the client's loop for 0.5 s.
+GC_PAUSE_MS = 100.0
 
 
 def saturation(record: dict[str, Any]) -> list[str]:
     """Whose saturation a level measured: any of ``client``, ``server``, ``machine``
-    (every core busy, whoever used them); empty when nothing was saturated."""
+    (every core busy, whoever used them), and ``client GC``/``server GC`` when one garbage
+    collection held that loop for :data:`GC_PAUSE_MS` or more; empty when nothing was."""
     found: list[str] = []
     for side, lag_key, share_key in (
         ("client", "loop_lag_ms", "client_core_share"),
@@ -194,6 +198,10 @@ def saturation(record: dict[str, Any]) -> list[str]:
             share is not None and share >= SATURATED_SHARE
         ):
             found.append(side)
+    for side, gc_key in (("client", "client_gc"), ("server", "server_gc")):
+        longest = (record.get(gc_key) or {}).get("longest_ms")
+        if longest is not None and longest >= GC_PAUSE_MS:
+            found.append(f"{side} GC ({longest:.0f} ms pause)")
     busy = record.get("machine_busy_cores")
     cores = os.cpu_count() or 1
     if busy is not None and not math.isnan(busy) and busy >= SATURATED_MACHINE * cores:

@@ -110,6 +110,19 @@ _RESILIENCE_PARTS = (
 )
 
 
+
+def _rerun_lines(env: dict[str, Any]) -> list[str]:
+    """The Machine table's row for figures measured again later than the run (merged into
+    its JSON by hand: ``environment.partial_reruns``)."""
+    rerun = env.get("partial_reruns")
+    if not rerun:
+        return []
+    figures = ", ".join(rerun.get("figures", []))
+    return [
+        f"| measured again | {figures}: started {rerun.get('started_at', '-')}, "
+        f"`{rerun.get('command', '-')}` |"
+    ]
+
 def tiers(document: dict[str, Any]) -> list[Tier]:
     """The per-tier samples found in ``document`` (figures that were not run are absent)."""
     figures: dict[str, Any] = document.get("figures", {})
@@ -279,6 +292,7 @@ def render(document: dict[str, Any], chart: Path | None = None) -> str:
         f"| packages | {packages} |",
         f"| started | {env.get('started_at', '-')} |",
         f"| total time | {document.get('total_seconds', 0.0):.0f} s |",
+        *_rerun_lines(env),
         "",
         "## Command lines",
         "",

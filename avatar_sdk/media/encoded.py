@@ -34,6 +34,7 @@ from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
 from .fileopen import check_local_file, display, open_error
+from .grid import grid_anchor
 from .opus import (
     FRAME_SAMPLES,
     OPUS_SILENCE,
@@ -64,7 +65,7 @@ class _Pacer:
         """Until the next packet is due (raises MediaStreamError if ``track`` stops)."""
         now = self._clock.monotonic()
         if self._anchor is None:
-            self._anchor = now - self.pts / SAMPLE_RATE
+            self._anchor = grid_anchor(now, self.pts / SAMPLE_RATE)
             return
         due = self._anchor + self.pts / SAMPLE_RATE
         if due > now:
@@ -72,7 +73,7 @@ class _Pacer:
             if track.readyState != "live":
                 raise MediaStreamError
         elif now - due > _MAX_LAG:
-            self._anchor = now - self.pts / SAMPLE_RATE  # no burst after a stall
+            self._anchor = grid_anchor(now, self.pts / SAMPLE_RATE)  # no burst after a stall
 
     def sent(self, samples: int) -> None:
         self.pts += samples

@@ -36,6 +36,7 @@ from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .devices import classify_device_error, describe, device_error
 from .files import file_source
+from .grid import grid_anchor
 from .normalize import Normalizer
 from .opus import check_tone
 
@@ -94,7 +95,7 @@ class _PacedSource(MediaStreamTrack):
             raise MediaStreamError
         now = self._clock.monotonic()
         if self._anchor is None:
-            self._anchor = now
+            self._anchor = grid_anchor(now)
         else:
             pts = self._pts + FRAME_SAMPLES  # committed only once due (a cancel skips nothing)
             due = self._anchor + pts / SAMPLE_RATE
@@ -103,7 +104,7 @@ class _PacedSource(MediaStreamTrack):
                 if self.readyState != "live":
                     raise MediaStreamError
             elif now - due > _MAX_LAG:
-                self._anchor = now - pts / SAMPLE_RATE
+                self._anchor = grid_anchor(now, pts / SAMPLE_RATE)
             self._pts = pts
         self.frames += 1
         return self._pts

@@ -323,6 +323,30 @@ def test_a_level_says_whose_saturation_it_measured() -> None:
     assert "saturated: server" in rendered and "server 45.0 ms" in rendered
 
 
+def test_a_level_names_a_long_garbage_collection_as_its_cause() -> None:
+    calm = {**_level(1000, 30.0), "machine_busy_cores": 0.5}
+    short = {**calm, "client_gc": {"longest_ms": 20.0}, "server_gc": {"longest_ms": 5.0}}
+    assert saturation(short) == []
+    paused = {**calm, "client_gc": {"longest_ms": 643.4}, "server_gc": {"longest_ms": 251.2}}
+    assert saturation(paused) == ["client GC (643 ms pause)", "server GC (251 ms pause)"]
+    rendered = load._level_note(load.levels_with_ratios([_level(1, 20.0), paused])[1])
+    assert "longest GC pause client 643 ms / server 251 ms" in rendered
+
+
+def test_the_frozen_ramp_gives_its_own_ratio_row() -> None:
+    measured = {
+        "cpu": [],
+        "turns": {"levels": [_level(1, 20.0), _level(1000, 400.0)]},
+        "frozen_turns": {"levels": [_level(1, 20.0), _level(1000, 30.0)]},
+    }
+    result = load.render(measured, load.FULL)
+    rows = {row.label: row for row in result.rows}
+    frozen = rows["  p90 / 1 session's, 1000 sessions, gc.freeze() once connected"]
+    assert frozen.median == pytest.approx(1.5) and frozen.verdict == "PASS"
+    assert rows["  p90 / 1 session's, 1000 sessions"].verdict == "FAIL"
+    assert result.data["frozen_turns"]["levels"][1]["p90_ratio"] == pytest.approx(1.5)
+
+
 def test_the_loop_lag_figure_is_medians_per_level_and_codec_with_the_50_session_target() -> None:
     from benchmarks import loop_lag  # noqa: PLC0415 (only this test needs it)
 

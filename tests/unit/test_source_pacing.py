@@ -175,3 +175,60 @@ async def test_a_stop_during_the_wait_ends_the_track_without_a_frame(make: Make)
     assert task.done()
     with pytest.raises(MediaStreamError):
         task.result()
+
+
+# -- the process-wide 20 ms grid (avatar_sdk.media.grid) -------------------------------------
+
+
+def _on_grid(when: float) -> float:
+    """The grid instant at or before ``when``."""
+    return math.floor(when / STEP) * STEP
+
+
+async def test_a_source_started_between_grid_instants_paces_on_the_grid(make: Make) -> None:
+    clock = FakeClock(start=1000.007)  # 7 ms past a grid instant
+    source = make(clock)
+    try:
+        first = await _at_once(source, clock)  # still at once: no start-up delay
+        second = await _released_at(source, clock, 1000.020)  # the next grid instant
+        third = await _released_at(source, clock, 1000.040)
+    finally:
+        source.stop()
+    assert [f.pts for f in (first, second, third)] == [0, FRAME, 2 * FRAME]
+
+
+async def test_sources_started_apart_are_due_at_the_same_instants(make: Make) -> None:
+    """Two sessions' sources started 8 ms apart wake the loop once per 20 ms, not twice."""
+    clock = FakeClock(start=2000.003)
+    early = make(clock)
+    try:
+        await _at_once(early, clock)
+        await clock.advance(0.008)
+        late = make(clock)
+        try:
+            await _at_once(late, clock)
+            both = [asyncio.ensure_future(s.recv()) for s in (early, late)]
+            for task in both:
+                await _settle(task, clock)
+            await _advance_to(clock, 2000.020 - EPS)
+            assert not any(task.done() for task in both), "released before the grid instant"
+            await _advance_to(clock, 2000.020 + EPS)
+            assert all(task.done() for task in both), "not both released on the grid instant"
+        finally:
+            late.stop()
+    finally:
+        early.stop()
+
+
+async def test_a_re_anchored_consumer_comes_back_on_the_grid(make: Make) -> None:
+    clock = FakeClock(start=3000.0)
+    source = make(clock)
+    try:
+        await _at_once(source, clock)
+        await clock.advance(0.513)  # over the 0.2 s bound, 13 ms past a grid instant
+        late = clock.monotonic()
+        await _at_once(source, clock)
+        after = await _released_at(source, clock, _on_grid(late) + STEP)
+    finally:
+        source.stop()
+    assert after.pts == 2 * FRAME
