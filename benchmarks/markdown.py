@@ -110,7 +110,6 @@ _RESILIENCE_PARTS = (
 )
 
 
-
 def _rerun_lines(env: dict[str, Any]) -> list[str]:
     """The Machine table's row for figures measured again later than the run (merged into
     its JSON by hand: ``environment.partial_reruns``)."""
@@ -122,6 +121,7 @@ def _rerun_lines(env: dict[str, Any]) -> list[str]:
         f"| measured again | {figures}: started {rerun.get('started_at', '-')}, "
         f"`{rerun.get('command', '-')}` |"
     ]
+
 
 def tiers(document: dict[str, Any]) -> list[Tier]:
     """The per-tier samples found in ``document`` (figures that were not run are absent)."""
