@@ -5,7 +5,8 @@ Every paced source (PCM ``SilenceSource`` and ``ToneSource``; pre-encoded
 tone written at run time) is read by one consumer on the system clock, ``FRAMES`` frames each,
 one source after the other in this process's event loop, nothing else running in it. Per
 frame: its *lateness*, the ``time.monotonic()`` (the sources' own clock) at which ``recv()``
-returned minus the instant its pts was due (the first frame's return plus pts / 48 kHz); and
+returned minus the instant its pts was due (the 20 ms grid instant at or before the first
+frame's return, :mod:`avatar_sdk.media.grid`, plus pts / 48 kHz); and
 over the run the *rate*, frames per second of wall time (50 nominal). A frame more than the
 sources' 0.2 s re-anchoring bound late restarts the schedule (the source re-anchors, so does
 the figure): counted apart, not in the lateness.
@@ -37,6 +38,7 @@ from avatar_sdk.media import (
     SilenceSource,
     ToneSource,
 )
+from avatar_sdk.media.grid import grid_anchor
 
 from .stats import FigureResult, Row, Summary, Target
 
@@ -77,7 +79,10 @@ async def _measure(source: MediaStreamTrack, frames: int) -> tuple[list[float], 
     reanchored = 0
     try:
         first = await source.recv()
-        started = reference = time.monotonic()
+        started = time.monotonic()
+        # Its schedule starts on the process's 20 ms grid instant at or before the first
+        # frame (avatar_sdk.media.grid), not at the moment the first frame was returned.
+        reference = grid_anchor(started)
         origin = first.pts or 0
         for _ in range(frames - 1):
             frame = await source.recv()
