@@ -288,6 +288,7 @@ class Replies:
         on("user_started_talking", lambda _event: self.note_user("user_voice"))
         if audio is not None:
             audio.on_frame = self._on_frame
+            audio.tap_wants = self._wants_frames
 
     # -- handles ----------------------------------------------------------------------------
     def register(self, text: str, *, media: bool) -> SpeechHandle:
@@ -403,6 +404,10 @@ class Replies:
             if handle._match.question == text and not handle._match.ended:
                 handle._restart()
                 handle._match.also_answers(f"{SPIRAL_RECOVERY_PREFIX}{text}")
+
+    def _wants_frames(self) -> bool:
+        """A reply is awaited (its onset) or a quiet stretch counted: the voice is needed."""
+        return self._quiet_run is not None or any(h._listening() for h in self._live)
 
     def _on_frame(self, frame: Any) -> None:
         listening = [h for h in self._live if h._listening()]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -43,13 +44,32 @@ _THREAD = "_RTCRtpReceiver__decoder_thread"
 
 
 class LoopDecoder:
-    """Stands in for a receiver's decoder queue: decodes on the loop as frames arrive."""
+    """Stands in for a receiver's decoder queue: decodes on the loop as frames arrive.
 
-    def __init__(self, receiver: RTCRtpReceiver) -> None:
+    With ``wanted``, a frame is decoded only while ``wanted()`` is true (somebody listens:
+    the voice on demand, as the video is); any other is counted, handed to ``on_skipped``
+    (liveness: the voice still arrives) and dropped before the Opus decoder. The first
+    skipped frame after decoded ones calls ``on_pause`` (what the consumer buffered is
+    stale), and decoding resumes with a fresh decoder, as at the start of a stream.
+    """
+
+    def __init__(
+        self,
+        receiver: RTCRtpReceiver,
+        *,
+        wanted: Callable[[], bool] | None = None,
+        on_skipped: Callable[[], None] | None = None,
+        on_pause: Callable[[], None] | None = None,
+    ) -> None:
         self._receiver = receiver
         self._decoder: Any = None
         self._codec_name: str | None = None
+        self.wanted = wanted
+        self.on_skipped = on_skipped
+        self.on_pause = on_pause
+        self._skipping = False
         self.frames_decoded = 0
+        self.frames_skipped = 0
         self.decode_errors = 0
         self.ended = False
 
@@ -65,6 +85,17 @@ class LoopDecoder:
         if self.ended or out is None:
             return
         codec, encoded = task
+        if self.wanted is not None and not self.wanted():
+            self.frames_skipped += 1
+            if not self._skipping:
+                self._skipping = True
+                self._codec_name = None  # a fresh decoder when somebody listens again
+                if self.on_pause is not None:
+                    self.on_pause()
+            if self.on_skipped is not None:
+                self.on_skipped()
+            return
+        self._skipping = False
         if codec.name != self._codec_name:
             self._decoder = get_decoder(codec)
             self._codec_name = codec.name
@@ -83,8 +114,15 @@ class LoopDecoder:
         return None
 
 
-def decode_audio_on_loop(receiver: RTCRtpReceiver) -> LoopDecoder:
+def decode_audio_on_loop(
+    receiver: RTCRtpReceiver,
+    *,
+    wanted: Callable[[], bool] | None = None,
+    on_skipped: Callable[[], None] | None = None,
+    on_pause: Callable[[], None] | None = None,
+) -> LoopDecoder:
     """Make an audio ``receiver`` decode on the event loop; call before it starts.
+    ``wanted``, ``on_skipped``, ``on_pause``: decode only on demand (:class:`LoopDecoder`).
 
     :raises RuntimeError: aiortc's internals are not the ones this was written for.
     """
@@ -95,7 +133,7 @@ def decode_audio_on_loop(receiver: RTCRtpReceiver) -> LoopDecoder:
         or not hasattr(receiver, "_track")
     ):
         raise RuntimeError("aiortc RTCRtpReceiver internals changed: cannot decode on the loop")
-    decoder = LoopDecoder(receiver)
+    decoder = LoopDecoder(receiver, wanted=wanted, on_skipped=on_skipped, on_pause=on_pause)
     setattr(receiver, _QUEUE, decoder)
     original = receiver.receive
 

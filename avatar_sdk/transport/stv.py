@@ -67,7 +67,8 @@ class FanoutTrack(MediaStreamTrack):
     """A received track as the application sees it: bounded, drops the oldest frames.
 
     It also tells the downlink whether anybody watches it (:attr:`watched`): the video is
-    decoded only while somebody does (:mod:`.video_demand`).
+    decoded only while somebody does (:mod:`.video_demand`), and so is the voice when it is
+    decoded on the loop (:mod:`.loop_decode`).
     """
 
     def __init__(self, kind: str, max_queue: int = 30) -> None:
@@ -83,13 +84,17 @@ class FanoutTrack(MediaStreamTrack):
         #: Told of every frame pushed, before any consumer reads it (the session's reply
         #: timing: the first audible frame of an answer); must be cheap and never raise.
         self.on_frame: Callable[[Any], None] | None = None
+        #: Whether ``on_frame`` wants frames right now (None: always, while it is set): the
+        #: reply timing listens only while a reply is awaited, and the voice is decoded
+        #: only while somebody listens (:mod:`.loop_decode`).
+        self.tap_wants: Callable[[], bool] | None = None
 
     @property
     def watched(self) -> bool:
         """Whether a consumer reads this track: a ``recv()`` is waiting, or one was made
         fewer than ``max_queue`` frames ago (a reader that let its whole buffer fill up
         without reading is gone), or an ``on_frame`` tap is set."""
-        if self.on_frame is not None:
+        if self.on_frame is not None and (self.tap_wants is None or self.tap_wants()):
             return True
         if self._waiter is not None and not self._waiter.done():
             return True
@@ -190,7 +195,16 @@ class StvDownlink:
         audio = self.pc.addTransceiver("audio", direction="recvonly")
         self.audio_decoder: loop_decode.LoopDecoder | None = None
         if decode_audio_on_loop:
-            self.audio_decoder = loop_decode.decode_audio_on_loop(audio.receiver)
+            heard = outputs.get("audio")
+            self.audio_decoder = loop_decode.decode_audio_on_loop(
+                audio.receiver,
+                # The first voice frame is always decoded (what a connect waits for).
+                wanted=None
+                if heard is None
+                else lambda: heard.watched or self.frames["audio"] == 0,
+                on_skipped=self._voice_arrived,
+                on_pause=None if heard is None else heard.pause,
+            )
         self.pc.on("track", self._on_track)
         self.location: str | None = None
         self._deleted = False
@@ -198,7 +212,8 @@ class StvDownlink:
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
         self.first_frame_at: dict[str, float] = {}
         self.last_frame_at: float | None = None
-        #: When a frame of each kind was last decoded (session clock).
+        #: When a frame of each kind was last decoded (session clock); the voice's also when
+        #: it arrived undecoded because nobody listened (:meth:`_voice_arrived`).
         self.last_decoded_at: dict[str, float] = {}
         #: When a frame was last, and first, handed to an output (session clock): a link
         #: prepared unseen decodes frames that go nowhere until it is revealed.
@@ -315,6 +330,14 @@ class StvDownlink:
         task = asyncio.ensure_future(self._pump(track))
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
+
+    def _voice_arrived(self) -> None:
+        """A voice frame arrived that nobody listens to (not decoded): it counts for
+        liveness and in ``frames`` as a decoded one would."""
+        now = self._clock.monotonic()
+        self.frames["audio"] += 1
+        self.last_frame_at = now
+        self.last_decoded_at["audio"] = now
 
     async def _pump(self, track: MediaStreamTrack) -> None:
         kind = track.kind

@@ -137,7 +137,7 @@ async def test_aiortc_receiver_internals_are_the_ones_loop_decode_expects() -> N
 
 async def test_the_default_codes_audio_on_the_loop(staging: StagingServer) -> None:
     """Issue 23: without ``audio_codec`` the voice is decoded on the loop, whatever the
-    uplink's source (here none: silence)."""
+    uplink's source (here none: silence), while somebody listens (test_voice_demand.py)."""
     session = AvatarSession(
         staging.url, staging.token, allow_insecure_transport=True, config=MEDIA, video=False
     )
@@ -147,7 +147,11 @@ async def test_the_default_codes_audio_on_the_loop(staging: StagingServer) -> No
         assert lanes is not None and lanes.stv is not None
         decoder = lanes.stv.audio_decoder
         assert decoder is not None
-        assert await until(lambda: decoder.frames_decoded > 5, 5)
+        audio = session.avatar_audio
+        assert audio is not None
+        async with FrameIterator(audio) as frames:
+            await anext(frames)
+            assert await until(lambda: decoder.frames_decoded > 5, 5)
         assert not _decodes_in_a_thread(lanes.stv, "audio")
     finally:
         await session.close()
