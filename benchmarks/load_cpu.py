@@ -114,7 +114,25 @@ MODES: tuple[Mode, ...] = (
         bare_audio_pcm,
         target_pct=3.0,
         kinds=("audio",),
-        note="the SDK's default, audio_codec='loop'; bare aiortc codes in its worker threads",
+        note=(
+            "the SDK's default, audio_codec='loop'; nobody reads the SDK session's voice, so "
+            "it decodes only its first frame (the voice on demand, a bot that does not listen); "
+            "bare aiortc codes in its worker threads and reads every frame"
+        ),
+        floor_pct=1.5,
+    ),
+    Mode(
+        "audio_pcm_heard",
+        "audio-only, PCM tone uplink, voice heard",
+        sdk_audio_pcm,
+        bare_audio_pcm,
+        target_pct=3.0,
+        kinds=("audio",),
+        watch=("audio",),
+        note=(
+            "the SDK's default with a FrameIterator per session reading the voice (a voice "
+            "app): every voice frame decoded on the loop, as the bare client decodes it"
+        ),
         floor_pct=1.5,
     ),
     Mode(

@@ -113,12 +113,13 @@ def test_cpu_rows_carry_the_issue_targets_on_the_sdk_rows_only() -> None:
 def test_modes_are_a_table_each_with_an_sdk_builder() -> None:
     keys = [m.key for m in MODES]
     assert keys == [
-        "control", "audio_pcm", "audio_pcm_thread", "audio_encoded", "av_watched",
-        "av_unwatched",
+        "control", "audio_pcm", "audio_pcm_heard", "audio_pcm_thread", "audio_encoded",
+        "av_watched", "av_unwatched",
     ]  # fmt: skip
     assert len(set(keys)) == len(keys)
     assert all(m.bare is not None for m in MODES)
     assert mode("av_watched").watch == ("video",) and mode("av_unwatched").watch == ()
+    assert mode("audio_pcm_heard").watch == ("audio",) and mode("audio_pcm").watch == ()
     with pytest.raises(KeyError):
         mode("nope")
 
