@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from avatar_sdk.testing.leaks import (
 from avatar_sdk.transport.media import MediaLanes
 from avatar_sdk.transport.stv import StvDownlink
 
-from ..conftest import until  # noqa: F401 (re-exported: integration tests import it here)
+from ..conftest import until
 
 #: Shrunk timeouts: behaviour is the same, tests finish fast.
 FAST = SessionConfig(
@@ -111,3 +112,26 @@ def current_downlink(session: AvatarSession) -> StvDownlink:
     lanes = session.media
     assert lanes is not None and lanes.stv is not None
     return lanes.stv
+
+
+async def healthy_for_three_stall_windows(lanes: MediaLanes, stall: float) -> None:
+    """Wait until the media watchdog has judged ``lanes`` for three ``stall`` windows, and
+    check it found nothing down meanwhile (a positive fact, not a sleep)."""
+    verdicts = spy_on_media_watchdog(lanes)
+    assert await until(lambda: any(v.watched_for >= 3 * stall for v in verdicts), 10)
+    assert [v.down for v in verdicts if v.down] == []
+
+
+async def dead_downlink_found_in_its_bound(
+    session: AvatarSession, staging: StagingServer, stall: float
+) -> None:
+    """Stall the downlink's media for good: the session must start a media recovery of the
+    STV channel within ``stall`` plus a watchdog tick of slack, for the silence."""
+    recovering = session.expect(
+        "media_recovering", predicate=lambda e: e.data["channel"] == "stv", timeout=10
+    )
+    await staging.faults.media_stall("stv", seconds=None)
+    stalled = time.monotonic()
+    event = await recovering
+    assert time.monotonic() - stalled < stall + 1.0
+    assert str(event.data["reason"]).startswith("no media for")

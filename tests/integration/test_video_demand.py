@@ -17,7 +17,14 @@ from avatar_sdk.media import FrameIterator
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.synthetic import read_frame_counter
 
-from .conftest import FAST, connected_session, current_downlink, spy_on_media_watchdog, until
+from .conftest import (
+    FAST,
+    connected_session,
+    current_downlink,
+    dead_downlink_found_in_its_bound,
+    healthy_for_three_stall_windows,
+    until,
+)
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0)
 
@@ -105,24 +112,14 @@ async def test_liveness_with_nobody_watching_finds_a_dead_downlink_in_its_bound(
         stv = current_downlink(session)
         gate = stv.video_gate
         assert gate is not None
-        verdicts = spy_on_media_watchdog(lanes)
         # Healthy for three stall windows with nobody watching: no verdict of death, and the
         # video lane's liveness is fresh although its frames are not decoded.
-        assert await until(lambda: any(v.watched_for >= 3 * stall for v in verdicts), 10)
-        assert [v.down for v in verdicts if v.down] == []
+        await healthy_for_three_stall_windows(lanes, stall)
         assert stv.frames["video"] <= 3
         assert stv.last_assembled_at is not None
         assert session._clock.monotonic() - stv.last_assembled_at < stall
-
-        # The downlink dies: found within its bound (a watchdog tick of slack).
-        recovering = session.expect(
-            "media_recovering", predicate=lambda e: e.data["channel"] == "stv", timeout=10
-        )
-        await staging.faults.media_stall("stv", seconds=None)
-        stalled = time.monotonic()
-        event = await recovering
-        assert time.monotonic() - stalled < stall + 1.0
-        assert str(event.data["reason"]).startswith("no media for")
+        # The downlink dies: found within its bound.
+        await dead_downlink_found_in_its_bound(session, staging, stall)
     finally:
         staging.faults.clear()
         await session.close()

@@ -18,7 +18,14 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.media import FrameIterator, ToneSource
 from avatar_sdk.testing import StagingServer
 
-from .conftest import FAST, connected_session, current_downlink, spy_on_media_watchdog, until
+from .conftest import (
+    FAST,
+    connected_session,
+    current_downlink,
+    dead_downlink_found_in_its_bound,
+    healthy_for_three_stall_windows,
+    until,
+)
 
 MEDIA = FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0)
 
@@ -93,20 +100,10 @@ async def test_liveness_with_nobody_listening_finds_a_dead_downlink_in_its_bound
         stv = current_downlink(session)
         decoder = stv.audio_decoder
         assert decoder is not None
-        verdicts = spy_on_media_watchdog(lanes)
         # Healthy for three stall windows with nobody listening: no verdict of death.
-        assert await until(lambda: any(v.watched_for >= 3 * stall for v in verdicts), 10)
-        assert [v.down for v in verdicts if v.down] == []
+        await healthy_for_three_stall_windows(lanes, stall)
         assert decoder.frames_skipped > 0 and decoder.frames_decoded <= 3
-
-        recovering = session.expect(
-            "media_recovering", predicate=lambda e: e.data["channel"] == "stv", timeout=10
-        )
-        await staging.faults.media_stall("stv", seconds=None)
-        stalled = time.monotonic()
-        event = await recovering
-        assert time.monotonic() - stalled < stall + 1.0
-        assert str(event.data["reason"]).startswith("no media for")
+        await dead_downlink_found_in_its_bound(session, staging, stall)
     finally:
         staging.faults.clear()
         await session.close()
