@@ -4,9 +4,10 @@ Why: a wake-up from an idle sleep is the most expensive thing an audio session d
 virtual machine. On the 2-core benchmark VM one costs the process 130-400 us of CPU
 (``python -m benchmarks.wakeups``), more than encoding a 20 ms Opus frame (about 55 us).
 K sessions pacing K private 20 ms schedules wake the event loop 50 x K times a second and
-their packets reach the server one at a time; on one grid every source of the process is due at the same instants,
-so the loop wakes 50 times a second for all of them (four sleepers sharing an instant
-cost about 100 us each instead of 400) and their packets leave back to back.
+their packets reach the server one at a time; on one grid every source of the process is
+due at the same instants, so the loop wakes 50 times a second for all of them (four
+sleepers sharing an instant cost about 100 us each instead of 400) and their packets leave
+back to back.
 
 A schedule anchored with :func:`grid_anchor` starts on the grid instant at or before
 ``now`` (its first frame is due at once, as before) and every later frame of a whole
