@@ -73,6 +73,10 @@ class Figures:
     #: The longest stretch without a new video frame, and where it began (s from the fault).
     longest_video_stall: float = 0.0
     longest_stall_at: float | None = None
+    #: Video packets lost for good, skipped to a keyframe; NACKs sent again for missing
+    #: packets (transport/video_repair.py), summed over every downlink the session had.
+    video_holes_skipped: int = 0
+    video_nack_retries: int = 0
     state_at_fault_end: str = ""
     network_changes: list[str] = field(default_factory=list)
     final_state: str = ""
@@ -103,6 +107,9 @@ class _Frames:
                 # Received, decoded or not: nobody watches the video here, so only the
                 # playable gate's first frame is decoded (decode on demand).
                 counts["video"] = stv.video_gate.assembled
+            if stv.video_repair is not None:  # transport/video_repair.py
+                counts["holes_skipped"] = stv.video_repair.holes_skipped
+                counts["nack_retries"] = stv.video_repair.nack_retries
             self._seen[id(stv)] = counts
         total: Counter[str] = Counter()
         for counts in self._seen.values():
@@ -305,6 +312,8 @@ def _fill(
         figures.downlink_kbit = sorted(bitrates)[len(bitrates) // 2] / 1000
     total = frames.total()
     figures.video_frames, figures.audio_frames = total["video"], total["audio"]
+    figures.video_holes_skipped = total["holes_skipped"]
+    figures.video_nack_retries = total["nack_retries"]
     start = frames.samples[0][0] if frames.samples else fault_at
     figures.video_fps_before = frames.fps(start, fault_at)
     figures.video_fps_during = frames.fps(fault_at, over_at)

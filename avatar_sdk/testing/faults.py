@@ -330,6 +330,14 @@ class Faults:
             seconds, thaw_on_keyframe_request=thaw_on_keyframe_request
         )
 
+    def lose_video_packets(self, count: int = 1, *, resends_lost: int | None = None) -> int:
+        """The avatar's video sender on every current WHEP subscription drops its next
+        ``count`` RTP packets, and the first ``resends_lost`` retransmissions a NACK asks
+        for (None: all of them, so the packets are lost for good). Returns how many
+        subscriptions were armed."""
+        self.injected.append("lose_video_packets")
+        return self._server.media.lose_video_packets(count, resends_lost=resends_lost)
+
     def whep_404(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")

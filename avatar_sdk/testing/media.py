@@ -17,7 +17,8 @@
   conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
   per process (:class:`~.synthetic.OpusToneTrack`): a viewer costs no audio encoding.
 * **Faults** (driven through :class:`~avatar_sdk.testing.faults.Faults`): ICE failure,
-  media stall, WHEP 404, stuck ICE (no answer / no candidates).
+  media stall, frozen video, lost video packets (:mod:`.packet_loss`), WHEP 404, stuck
+  ICE (no answer / no candidates).
 
 Every peer belongs to its conversation: closed when the conversation ends (a disconnect
 that is not pending recovery, a recovery window that expires) and on server stop.
@@ -41,6 +42,7 @@ from ..logs import sdk_logger
 from ..transport.ice import set_local_description
 from ..wire.names import In, Out
 from .asr_peer import AsrPeer, AsrStats
+from .packet_loss import VideoPacketLoss
 from .rtc_util import (
     ICE_FAILURE_MODES,
     NO_ACTIVE_SESSION,
@@ -91,6 +93,8 @@ class WhepViewer:
     keyframe_requests: int = 0
     #: Whether a keyframe request ends a :meth:`StagingMedia.freeze_video` of this viewer.
     thaw_on_keyframe_request: bool = False
+    #: Its video sender's packet loss (:meth:`StagingMedia.lose_video_packets`), once armed.
+    packet_loss: VideoPacketLoss | None = None
 
     def on_keyframe_request(self) -> None:
         self.keyframe_requests += 1
@@ -314,6 +318,25 @@ class StagingMedia:
             viewer.video.freeze.stall(seconds)
         self._frozen.extend(viewers)
         return len(viewers)
+
+    def lose_video_packets(self, count: int = 1, *, resends_lost: int | None = None) -> int:
+        """Every open WHEP viewer's video sender drops its next ``count`` packets and the
+        first ``resends_lost`` retransmissions of each (None: every one, lost for good):
+        :mod:`.packet_loss`. Returns how many viewers were armed."""
+        armed = 0
+        for viewer in self.viewers.values():
+            if not viewer.is_open:
+                continue
+            if viewer.packet_loss is None:
+                sender = next(
+                    (t.sender for t in viewer.pc.getTransceivers() if t.kind == "video"), None
+                )
+                if sender is None or sender.transport is None:
+                    continue
+                viewer.packet_loss = VideoPacketLoss(sender)
+            viewer.packet_loss.lose(count, resends_lost=resends_lost)
+            armed += 1
+        return armed
 
     def whep_404(self, times: int = 1) -> None:
         self.whep_404_remaining += max(0, times)

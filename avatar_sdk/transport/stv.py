@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from ..clock import Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from . import loop_decode, video_demand
+from . import loop_decode, video_demand, video_repair
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
 from .observe import HttpExchange, WireObserver, notify
@@ -180,9 +180,15 @@ class StvDownlink:
         self.video_gate: video_demand.DemandQueue | None = None
         self.video_rule = video_rule
         self.video_receiver: Any = None
+        #: Asks again for missing video packets, and skips one lost for good
+        #: (:mod:`.video_repair`).
+        self.video_repair: video_repair.VideoRepair | None = None
         if video:
             receiver = self.pc.addTransceiver("video", direction="recvonly").receiver
             self.video_receiver = receiver
+            self.video_repair = video_repair.repair_video_reception(
+                receiver, clock=clock.monotonic, on_skip=self._video_hole_skipped
+            )
             shown = outputs.get("video")
             if shown is not None and not decode_unwatched_video:
                 self.video_gate = video_demand.decode_video_on_demand(
@@ -240,6 +246,10 @@ class StvDownlink:
         decoded = self.last_decoded_at.get("video")
         marks = [m for m in (decoded, self.last_assembled_at) if m is not None]
         return max(marks) if marks else None
+
+    def _video_hole_skipped(self) -> None:
+        if self.video_gate is not None:
+            self.video_gate.await_keyframe()
 
     async def request_keyframe(self) -> int:
         """Ask the sender for a keyframe now (RTCP PLI); returns how many were sent."""

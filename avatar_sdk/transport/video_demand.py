@@ -149,6 +149,12 @@ class DemandQueue:
         self.forwarded += 1
         self._real.put(task)
 
+    def await_keyframe(self) -> None:
+        """Drop frames until the next keyframe: the frames before it were lost (a skipped
+        hole, :mod:`.video_repair`, which has just asked for one)."""
+        self._need_key = True
+        self._dropped_waiting = 1  # asked for already: ask again after PLI_EVERY frames
+
     def _ask_keyframe(self) -> None:
         # aiortc sends a PLI on the next RTP packet when its decoder reported an error.
         self.plis += 1
