@@ -26,10 +26,11 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..events.bus import EventSource
-from ..guards.brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards, ToolHandler
+from ..guards.brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from ..lifecycle.completion import CompletionSignal, default_hooks
 from ..logs import sdk_logger
 from ..redact import register_secret
+from ..tools.dispatch import ToolHandler
 from ..transport.genie import CONVERSE_PATH, GenieClient
 from ..transport.tls import client_context, connector, tls_error, unreachable_error
 from ..urls import check_url

@@ -1,8 +1,8 @@
-"""Brain guards and client tools, shared by both transports.
+"""Brain guards, shared by both transports.
 
-Pure arithmetic (``spiral``: the tool-spiral breaker; ``watchdogs``: the brain-stall watchdog and
-the pending-response signal; ``tools``: call tracking, acknowledgements and argument schemas) and
-``brain``, which applies them to one conversation's brain events.
+Pure arithmetic (``spiral``: the tool-spiral breaker; ``watchdogs``: the brain-stall watchdog
+and the pending-response signal) and ``brain``, which applies them, and hands tool calls to
+:mod:`avatar_sdk.tools`, for one conversation's brain events.
 """
 
 from __future__ import annotations

@@ -1,25 +1,26 @@
 """Brain guards and client-side tools for one conversation (both transports).
 
-Owns the pure guard state (spiral breaker, stall watchdog, pending-response signal, tool
-tracker, pending acknowledgements) and turns inbound brain events into public events.
-It decides nothing about connections: a tripped hard spiral limit is returned to the
-session, whose state machine runs the cold reconnect.
+Owns the pure guard state (spiral breaker, stall watchdog, pending-response signal) and the
+conversation's tools (call tracker, dispatcher, pending acknowledgements: :mod:`avatar_sdk.tools`),
+and turns inbound brain events into public events. It decides nothing about connections: a
+tripped hard spiral limit is returned to the session, whose state machine runs the cold
+reconnect.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
-from ..errors import AvatarError, ErrorCode
-from ..logs import sdk_logger
-from ..taps import NO_TAPS, Point, Taps
+from ..taps import NO_TAPS, Taps
+from ..tools.acks import ToolAckSender, ToolResponder
+from ..tools.dispatch import Emit, ToolDispatcher, ToolHandler
+from ..tools.pending import PendingAcks
+from ..tools.tracker import ToolTracker
 from ..wire import (
     AgentEndTurn,
     AgentInterrupted,
@@ -30,45 +31,15 @@ from ..wire import (
     InboundEvent,
     StvFinishedGenerating,
     StvStartedTalking,
-    ToolCall,
     UserStartedTalking,
     parse_tool_call,
     parse_tool_response_name,
 )
 from .spiral import SpiralBreaker
-from .tools import ArgsSchema, PendingAck, PendingAcks, ToolTracker
 from .watchdogs import PendingResponse, StallWatchdog
-
-
-class AckOutcome(Protocol):
-    """How one acknowledgement request went (the transport's answer, read-only here)."""
-
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def status(self) -> int | None: ...
-
-
-class ToolAckSender(Protocol):
-    """The I/O port for tool acknowledgements: the session hands in its genie client, so the
-    guards keep the bookkeeping (which call waits, stale or rebuilt) and import no transport."""
-
-    async def tool_response(
-        self, *, tool_name: str, call_id: str, response: Any, timeout: float
-    ) -> AckOutcome: ...
-
-
-log = sdk_logger(__name__)
 
 #: Prepended (not substituted) to the abandoned turn when it is resent after a spiral.
 SPIRAL_RECOVERY_PREFIX: Final = "Please answer in words only this turn, without calling any tool. "
-#: ``respond_to_tool`` gives up after this long; the call stays pending for a retry.
-TOOL_ACK_TIMEOUT: Final = 15.0
-
-Emit = Callable[[str, dict[str, Any]], object]
-ToolHandler = Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +49,6 @@ class HardSpiral:
     count: int
     limit: int
     last_turn_text: str | None
-
-
-def call_payload(call: ToolCall, speech_id: str | None = None) -> dict[str, Any]:
-    """A tool call as events carry it."""
-    return {
-        "name": call.name,
-        "args": dict(call.args),
-        "fused_args": [dict(a) for a in call.fused_args],
-        "speech_id": speech_id,
-        "call_id": call.call_id,
-    }
 
 
 class ConversationGuards:
@@ -104,7 +64,6 @@ class ConversationGuards:
         taps: Taps = NO_TAPS,
     ) -> None:
         self._emit = emit
-        self._taps = taps
         self._clock = clock
         self.config = config
         hard = config.effective_hard_tool_spiral_limit if hard_tier else 0
@@ -113,10 +72,10 @@ class ConversationGuards:
         self.pending = PendingResponse()
         self.tracker = ToolTracker()
         self.acks = PendingAcks()
+        self.tools = ToolDispatcher(emit, self.acks, clock=clock, taps=taps)
+        self._responder = ToolResponder(self.acks, clock=clock, taps=taps)
         self.last_turn_text: str | None = None
-        self._handlers: dict[str, list[tuple[ToolHandler, ArgsSchema | None]]] = {}
         self._changed = asyncio.Event()
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- user side -------------------------------------------------------------------------
     def on_user_turn(self, text: str | None) -> None:
@@ -162,7 +121,7 @@ class ConversationGuards:
             if call is not None:
                 fresh = self.tracker.on_tool(call)
                 if fresh is not None:
-                    self._dispatch(fresh, seg.speech_id)
+                    self.tools.dispatch(fresh, seg.speech_id)
             if counted.soft:
                 self._emit(
                     "tool_spiral_detected",
@@ -186,7 +145,7 @@ class ConversationGuards:
             name = parse_tool_response_name(seg)
             recovered = self.tracker.on_tool_response(name) if name else None
             if recovered is not None:
-                self._dispatch(recovered, seg.speech_id)
+                self.tools.dispatch(recovered, seg.speech_id)
         if seg.is_perceivable:
             self._clear_watchdog()
             self.breaker.on_perceivable_output()
@@ -236,113 +195,13 @@ class ConversationGuards:
 
         ``schema`` is checked and compiled here, once: an invalid one raises
         ``AvatarError(INVALID_ARGUMENT)`` now rather than failing every call later."""
-        if not isinstance(name, str) or not name:
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "tool name must be a non-empty string")
-        if not callable(handler):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "handler must be callable")
-        entry = (handler, None if schema is None else ArgsSchema(name, schema))
-        self._handlers.setdefault(name, []).append(entry)
-
-        def unregister() -> None:
-            with contextlib.suppress(ValueError, KeyError):
-                self._handlers[name].remove(entry)
-
-        return unregister
-
-    def _dispatch(self, call: ToolCall, speech_id: str | None) -> None:
-        payload = call_payload(call, speech_id)
-        waits = bool(call.wait_for_response and call.call_id)
-        if waits and call.call_id:
-            self.acks.add(call.call_id, call.name, self._clock.monotonic())
-        if self._taps:
-            self._taps.emit(
-                Point.TOOL_DISPATCHED, {"name": call.name, "call_id": call.call_id, "waits": waits}
-            )
-        entries = self._handlers.get(call.name, [])
-        for _, schema in entries:
-            if schema is not None:
-                errors = schema.errors(dict(call.args))
-                if errors:
-                    self._emit("tool_call_invalid", {"call": payload, "errors": errors})
-                    return
-        self._emit("tool_call", payload)
-        for handler, _ in list(entries):
-            self._run_handler(handler, call, payload)
-
-    def _run_handler(self, handler: ToolHandler, call: ToolCall, payload: dict[str, Any]) -> None:
-        try:
-            result = handler(dict(call.args), payload)
-        except Exception as exc:
-            self._emit("tool_call_result", {"call": payload, "ok": False, "error": repr(exc)[:300]})
-            return
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._await_handler(result, payload))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        elif result is not None:
-            self._emit("tool_call_result", {"call": payload, "ok": True, "value": result})
-
-    async def _await_handler(self, awaitable: Awaitable[Any], payload: dict[str, Any]) -> None:
-        try:
-            value = await awaitable
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._emit("tool_call_result", {"call": payload, "ok": False, "error": repr(exc)[:300]})
-            return
-        if value is not None:
-            self._emit("tool_call_result", {"call": payload, "ok": True, "value": value})
+        return self.tools.on_tool_call(name, handler, schema)
 
     async def respond_to_tool(
         self, genie: ToolAckSender | None, call_id: str, result: Any
     ) -> dict[str, Any]:
         """Acknowledge a waiting tool call; the outcome, never an exception for HTTP trouble."""
-        if not isinstance(call_id, str) or not call_id:
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "call_id must be a non-empty string")
-        if not isinstance(result, dict):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "result must be a dict")
-        name: str | None = None
-        try:
-            ack = self.acks.take(call_id, self._clock.monotonic())
-            name = ack.name if ack is not None else None
-            outcome = await self._deliver_ack(genie, call_id, result, ack)
-        except BaseException:
-            outcome = {"ok": False, "reason": "cancelled"}
-            raise
-        finally:
-            if self._taps:
-                self._taps.emit(
-                    Point.TOOL_ACKED,
-                    {
-                        "call_id": call_id,
-                        "name": name,
-                        "ok": outcome["ok"],
-                        "reason": outcome["reason"],
-                        "status": outcome.get("status"),
-                    },
-                )
-        return outcome
-
-    async def _deliver_ack(
-        self, genie: ToolAckSender | None, call_id: str, result: Any, ack: PendingAck | None
-    ) -> dict[str, Any]:
-        if ack is None:
-            return {"ok": False, "reason": "unknown_or_stale"}
-        if genie is None:
-            self.acks.restore(call_id, ack)
-            return {"ok": False, "reason": "no_genie_url"}
-        outcome = await genie.tool_response(
-            tool_name=ack.name, call_id=call_id, response=result, timeout=TOOL_ACK_TIMEOUT
-        )
-        if self.acks.generation != ack.generation:
-            return {"ok": False, "reason": "session_rebuilt"}
-        if not outcome.ok:
-            self.acks.restore(call_id, ack)
-            return {"ok": False, "reason": outcome.reason, "status": outcome.status}
-        return {"ok": True, "reason": "ok"}
+        return await self._responder.respond(genie, call_id, result)
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tools.aclose()

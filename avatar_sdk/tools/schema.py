@@ -1,5 +1,4 @@
-"""Client-side tools: per-turn de-duplication, fused-call recovery, argument validation and
-pending acknowledgements (PROTOCOL.md §3.6). Pure: the session does the dispatching.
+"""Argument schemas of client-side tools (PROTOCOL.md §3.6), pure.
 
 Arguments are validated with the ``jsonschema`` library against the schema a handler was
 registered with; the schema itself is checked (and compiled) once, at registration.
@@ -9,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
@@ -23,108 +20,8 @@ from jsonschema.protocols import Validator
 from referencing.exceptions import Unresolvable
 
 from ..errors import AvatarError, ErrorCode
-from ..wire import ToolCall, canonical_json
 from ..wire.errors import preview
 
-#: An acknowledgement older than this is stale: the brain stopped waiting long ago.
-ACK_MAX_AGE: Final = 600.0
-#: At most this many acknowledgements are remembered (oldest forgotten first).
-MAX_PENDING_ACKS: Final = 256
-
-
-class ToolTracker:
-    """What a turn has already dispatched, and argument blobs waiting for their names.
-
-    When a brain calls several tools at once, one ``tool`` segment may carry every call's
-    arguments back to back but name only the last tool; the following ``tool_response``
-    segments echo every name in call order, which is how the unnamed blobs are attributed.
-    """
-
-    def __init__(self) -> None:
-        self._seen: set[str] = set()
-        self._fused: deque[Mapping[str, Any]] = deque(maxlen=64)
-        self._names: set[str] = set()
-
-    def on_speech_start(self, is_new_turn: bool) -> None:
-        # The fused queue belongs to one sub-turn; de-duplication to a whole user turn.
-        self._fused.clear()
-        self._names.clear()
-        if is_new_turn:
-            self._seen.clear()
-
-    def on_tool(self, call: ToolCall) -> ToolCall | None:
-        """The call to dispatch, or None for a repeat within the turn."""
-        self._fused.extend(call.fused_args)
-        key = call.dedup_key
-        if key in self._seen:
-            return None
-        self._seen.add(key)
-        self._names.add(call.name)
-        return call
-
-    def on_tool_response(self, name: str) -> ToolCall | None:
-        """A recovered fused call for ``name``, if a blob is waiting and ``name`` is new."""
-        if not self._fused or name in self._names:
-            return None
-        args = self._fused.popleft()
-        self._names.add(name)
-        call = ToolCall(
-            name=name,
-            args=args,
-            fused_args=(),
-            raw=f"{name} {canonical_json(args)}",
-            call_id=None,
-            wait_for_response=False,
-            tool_type=None,
-        )
-        self._seen.add(call.dedup_key)
-        return call
-
-
-@dataclass(frozen=True, slots=True)
-class PendingAck:
-    name: str
-    at: float
-    generation: int
-
-
-class PendingAcks:
-    """Tool calls that wait for ``respond_to_tool``; bounded and aged."""
-
-    def __init__(self) -> None:
-        self._acks: OrderedDict[str, PendingAck] = OrderedDict()
-        self.generation = 0
-
-    def add(self, call_id: str, name: str, now: float) -> None:
-        self._acks[call_id] = PendingAck(name, now, self.generation)
-        while len(self._acks) > MAX_PENDING_ACKS:
-            self._acks.popitem(last=False)
-
-    def take(self, call_id: str, now: float) -> PendingAck | None:
-        """The pending call, or None if unknown or stale (it is forgotten either way)."""
-        ack = self._acks.pop(call_id, None)
-        if ack is None or now - ack.at > ACK_MAX_AGE:
-            return None
-        return ack
-
-    def restore(self, call_id: str, ack: PendingAck) -> None:
-        """Put a call back after a failed delivery, so a retry can still answer it."""
-        self._acks[call_id] = ack
-
-    def rebuilt(self) -> None:
-        """A new server session: nobody is waiting for the old session's answers."""
-        self._acks.clear()
-        self.generation += 1
-
-    def __len__(self) -> int:
-        return len(self._acks)
-
-    def ids(self) -> list[str]:
-        """The call ids still waiting, oldest first."""
-        return list(self._acks)
-
-
-# -- argument schemas ---------------------------------------------------------------------------
 #: At most this many schema errors are reported for one call (the rest are counted).
 MAX_SCHEMA_ERRORS: Final = 20
 #: Longest single error message: messages quote the offending value, which the brain wrote.
