@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import SessionConfig
-from ..events.journal import _Writer
+from ..events.line_writer import LineWriter
 from ..logs import sdk_logger
 from ..redact import scrub
 from ..transport.observe import HttpExchange, WireObserver
@@ -66,7 +66,7 @@ class CassetteRecorder(WireObserver):
         self._closed = False
         self.records = 0
         self.dropped = 0
-        self._writer = _Writer(self.path.open("w", encoding="utf-8"), "avatar-sdk-cassette")
+        self._writer = LineWriter(self.path.open("w", encoding="utf-8"), "avatar-sdk-cassette")
         self._finalizer = weakref.finalize(self, self._writer.stop, 1.0)
         header = {
             "kind": HEADER_KIND,

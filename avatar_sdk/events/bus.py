@@ -24,7 +24,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .names import EventName
-from .stream import Event, EventStream, Expectation, _check_bound, _closed_error, _key, _Subscriber
+from .stream import Event, EventStream, Expectation, Subscriber
 
 log = sdk_logger(__name__)
 
@@ -47,6 +47,24 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 DEFAULT_QUEUE_CAP = 10_000
 
 
+def _key(name: str | EventName) -> str:
+    """The plain-string form of an event name (an ``EventName`` is one already)."""
+    if not isinstance(name, str):
+        raise TypeError(f"event names are strings, not {type(name).__name__}")
+    return str(name)
+
+
+def _closed_error(name: str) -> AvatarError:
+    return AvatarError(ErrorCode.CLOSED, f"the session ended: no {name!r} event will come")
+
+
+def _check_bound(value: object, what: str) -> int:
+    """``value`` as a queue bound (an int >= 1), or ``AvatarError(INVALID_ARGUMENT)``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{what} must be an int >= 1 (got {value!r})")
+    return value
+
+
 class EventBus:
     """Fan-out of events to callbacks, async iterators and one-shot waiters.
 
@@ -60,7 +78,7 @@ class EventBus:
         times and the session's other times are on one line)."""
         self._clock = clock
         self._callbacks: dict[str, list[Callback]] = {}
-        self._subscribers: list[_Subscriber] = []
+        self._subscribers: list[Subscriber] = []
         self._waiters: list[Expectation] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False

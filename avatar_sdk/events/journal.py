@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import threading
 import weakref
-from collections import deque
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..logs import sdk_logger
 from ..redact import scrub
 from .bus import Event
+from .line_writer import LineWriter
 
 log = sdk_logger(__name__)
 
@@ -55,75 +54,6 @@ DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 _EXIT_TIMEOUT: Final = 1.0
 
 
-class _Writer:
-    """The journal's file and the thread that writes it (apart from :class:`Journal` so a
-    finalizer can stop it when a journal is dropped unclosed)."""
-
-    def __init__(self, file: IO[str], name: str) -> None:
-        self.file: IO[str] | None = file
-        self.written = 0
-        self._cond = threading.Condition()
-        self._pending: deque[str] = deque()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    @property
-    def failed(self) -> bool:
-        return self.file is None
-
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._pending)
-
-    def put(self, lines: list[str]) -> None:
-        with self._cond:
-            self._pending.extend(lines)
-            self._cond.notify()
-
-    def stop(self, timeout: float) -> bool:
-        """Ask the thread to write what is pending and close the file; True once done."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._pending) or self._stopping)
-                batch = list(self._pending)
-                self._pending.clear()
-                done = self._stopping and not batch
-            if done:
-                break
-            self._write(batch)
-        file, self.file = self.file, None
-        if file is not None:
-            try:
-                file.close()
-            except (OSError, ValueError) as exc:
-                log.warning("journal close failed (%s)", type(exc).__name__)
-
-    def _write(self, batch: list[str]) -> None:
-        file = self.file
-        if file is None:
-            return  # journaling stopped after a failed write: drain and discard
-        try:
-            file.write("".join(batch))
-            file.flush()
-            self.written += len(batch)
-        except (OSError, ValueError) as exc:
-            log.warning("journal write failed (%s); journaling stops", type(exc).__name__)
-            self.file = None
-            try:
-                file.close()
-            except (OSError, ValueError):
-                log.debug("journal: closing after a failed write failed too")
-
-
 class Journal:
     """Appends one JSON object per journaled event to ``path``.
 
@@ -146,7 +76,7 @@ class Journal:
         self._label = session_label
         self._start = clock.monotonic()
         self.max_pending = max(1, int(max_pending))
-        self._writer = _Writer(self.path.open("a", encoding="utf-8"), "avatar-sdk-journal")
+        self._writer = LineWriter(self.path.open("a", encoding="utf-8"), "avatar-sdk-journal")
         self._closed = False
         #: Lines dropped because the disk fell behind (see ``max_pending``).
         self.dropped = 0

@@ -1,7 +1,8 @@
 """The building blocks of the event bus: the :class:`Event` record, the subscription queue
-of one ``events()`` iterator (:class:`EventStream`), and the one-shot waiter behind
-``expect()`` and ``wait_for()`` (:class:`Expectation`). Both register at construction, so a
-subscription exists from the moment its method is called. Used by :mod:`avatar_sdk.events.bus`.
+of one ``events()`` iterator (:class:`EventStream`, draining the :class:`Subscriber` buffer
+the bus fills), and the one-shot waiter behind ``expect()`` and ``wait_for()``
+(:class:`Expectation`). Both register at construction, so a subscription exists from the
+moment its method is called. Used by :mod:`avatar_sdk.events.bus`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..clock import SYSTEM_CLOCK
-from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .names import EventName
 
@@ -37,25 +37,10 @@ class Event:
     at: float = field(default_factory=SYSTEM_CLOCK.monotonic)
 
 
-def _key(name: str | EventName) -> str:
-    """The plain-string form of an event name (an ``EventName`` is one already)."""
-    if not isinstance(name, str):
-        raise TypeError(f"event names are strings, not {type(name).__name__}")
-    return str(name)
+class Subscriber:
+    """The bounded queue of one ``events()`` stream, as the bus fills it (:meth:`push`,
+    :meth:`close`) and the stream drains it (:meth:`take`)."""
 
-
-def _closed_error(name: str) -> AvatarError:
-    return AvatarError(ErrorCode.CLOSED, f"the session ended: no {name!r} event will come")
-
-
-def _check_bound(value: object, what: str) -> int:
-    """``value`` as a queue bound (an int >= 1), or ``AvatarError(INVALID_ARGUMENT)``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{what} must be an int >= 1 (got {value!r})")
-    return value
-
-
-class _Subscriber:
     __slots__ = ("cap", "closed", "dropped", "gap", "gap_at", "items", "names", "waiter")
 
     def __init__(self, names: frozenset[str] | None, cap: int) -> None:
@@ -101,7 +86,7 @@ class _Subscriber:
             self.waiter.set_result(None)
 
 
-def _unsubscribe(subscribers: list[_Subscriber], sub: _Subscriber) -> None:
+def _unsubscribe(subscribers: list[Subscriber], sub: Subscriber) -> None:
     if sub in subscribers:
         subscribers.remove(sub)
 
@@ -125,7 +110,7 @@ class EventStream:
     __slots__ = ("__weakref__", "_finalizer", "_sub")
 
     def __init__(self, bus: EventBus, names: frozenset[str] | None, cap: int) -> None:
-        sub = _Subscriber(names, cap)
+        sub = Subscriber(names, cap)
         self._sub = sub
         if bus.closed:
             sub.close()
