@@ -66,9 +66,9 @@ RECOVERY = 20.0
 ANSWER = 30.0
 #: ``AVATAR_SOAK_SKIP_KNOWN=1`` steps around the windows of a known SDK defect (a client emit
 #: swallowed by a dying socket is never re-applied by an in-place recovery; reproduced in
-#: ``test_lost_client_emits.py``): the tour lets the server read ``approvedPermissions`` (the
-#: greeting ends) before its first fault, and the pause before a fault while paused. Off by
-#: default: ``make soak`` holds the SDK to the whole contract.
+#: ``tests/integration/test_lost_client_emits.py``): the tour lets the server read
+#: ``approvedPermissions`` (the greeting ends) before its first fault, and the pause before a
+#: fault while paused. Off by default: ``make soak`` holds the SDK to the whole contract.
 SKIP_KNOWN = os.environ.get("AVATAR_SOAK_SKIP_KNOWN") == "1"
 
 

@@ -27,7 +27,7 @@ import pytest_asyncio
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
 
-from ..integration.conftest import FAST
+from .conftest import FAST
 
 #: Silence noticed in ~1 s; the server times it out first (recovery in place); the evidence
 #: wait after the recovery outlasts the brain's stall.

@@ -31,7 +31,7 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.leaks import describe_task
 
-from ..integration.conftest import FAST, sdk_tasks
+from .conftest import FAST, sdk_tasks
 
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6)
 

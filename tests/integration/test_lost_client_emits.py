@@ -29,8 +29,7 @@ import pytest_asyncio
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
 
-from ..conftest import until
-from ..integration.conftest import FAST
+from .conftest import FAST, until
 
 #: Silent-socket detection in about a second; a timed-out silent socket is recovered in place.
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.6, turn_confirm_timeout=0.5)
