@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
     from .scripted.session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig
-    from .session.facade import AvatarSession, Health
+    from .session.facade import AvatarSession
+    from .session.health import Health
     from .session.replies import Reply
     from .session.speech import SpeechHandle
 

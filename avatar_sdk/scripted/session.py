@@ -37,7 +37,7 @@ from ..logs import sdk_logger
 from ..media.recorder import Recorder, record_avatar
 from ..media.sinks import FrameIterator, frame_rms
 from ..redact import register_secret
-from ..session.machine import Health
+from ..session.health import Health
 from ..session.supervisor import Supervisor
 from ..transport.hostguard import HostGuard
 from ..transport.ice import TurnConfig, rtc_configuration

@@ -27,8 +27,9 @@ from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
+from .decisions import decide_media_down
 from .link import ServerLink
-from .machine import SessionMachine, decide_media_down
+from .machine import SessionMachine, Trigger
 from .slot import LinkSlot
 from .stats import SessionStats
 
@@ -177,7 +178,7 @@ class MediaTier:
     ) -> None:
         if link is None:
             return
-        if self._machine.try_fire("media_down"):
+        if self._machine.try_fire(Trigger.MEDIA_DOWN):
             self._on_down()
         elif not self._machine.recovering_media:
             return  # media_down is declared from connected only; a running recovery is joined
@@ -224,7 +225,7 @@ class MediaTier:
         if not self._machine.recovering_media or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
         if not self._slot.tasks(link).others(than=asyncio.current_task()):
-            if not self._machine.try_fire("media_recovered"):
+            if not self._machine.try_fire(Trigger.MEDIA_RECOVERED):
                 return
             self._on_up()
         self._stats.record_recovery("media", duration)
@@ -240,7 +241,7 @@ class MediaTier:
         for task in self._slot.tasks(link).others(than=asyncio.current_task()).values():
             task.cancel()
         self._machine.note_cause(error)
-        self._machine.fire("session_lost")
+        self._machine.fire(Trigger.SESSION_LOST)
         await self._escalate(f"media recovery failed ({error.code})")
 
     async def quality_loop(self, interval: float) -> None:

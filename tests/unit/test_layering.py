@@ -45,6 +45,11 @@ LAYERS: dict[str, int] = {
 PURE = [
     "avatar_sdk.wire",
     "avatar_sdk.session.machine",
+    "avatar_sdk.session.health",
+    "avatar_sdk.session.clock_jump",
+    "avatar_sdk.session.capacity",
+    "avatar_sdk.session.decisions",
+    "avatar_sdk.session.diagram",
     "avatar_sdk.session.router",
     "avatar_sdk.session.turns",
     "avatar_sdk.session.replies",
