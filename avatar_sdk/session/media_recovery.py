@@ -25,6 +25,7 @@ from ..clock import Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..transport.channel_down import DownKind
 from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
 from .decisions import decide_media_down
@@ -109,11 +110,12 @@ class MediaTier:
                 if start is None:
                     since[channel] = now
                     continue
-                why = lanes.down_channels(now, stall, start).get(channel)
-                if why is not None and "receiver report" in why:
+                down = lanes.down_channels(now, stall, start).get(channel)
+                if down is not None and down.kind is DownKind.NO_RECEIVER_REPORT:
                     # Never act on a stale reading: look at the peer's reports once more.
                     await lanes.poll_asr_reports()
-                    why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                    down = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                why = down.reason if down is not None else None
                 if why is None and channel == "stv":
                     # The voice keeps the downlink alive; its video may still be frozen.
                     why = await lanes.judge_video(now, start)

@@ -61,6 +61,7 @@ PURE = [
     "avatar_sdk.guards.tools",
     "avatar_sdk.transport.cadence",
     "avatar_sdk.transport.video_stall",
+    "avatar_sdk.transport.channel_down",
     "avatar_sdk.transport.netchange",
     "avatar_sdk.scripted.protocol",
 ]
