@@ -263,7 +263,9 @@ _ON_TRIGGER: Final[dict[Trigger, dict[str, Any]]] = {
 }
 
 
-def _strict_default() -> bool:
+def strict_default() -> bool:
+    """Refuse an undeclared transition loudly (``AVATAR_SDK_STRICT_MACHINE``; the test suite
+    sets it) rather than only logging it."""
     return os.environ.get("AVATAR_SDK_STRICT_MACHINE", "") not in ("", "0")
 
 
@@ -344,7 +346,7 @@ class SessionMachine:
     ) -> None:
         self._model = _Model(self)
         self._on_change = on_change
-        self.strict = _strict_default() if strict is None else strict
+        self.strict = strict_default() if strict is None else strict
         self.data = MachineData()
         self._machine = _shared_machine()
         self._machine.add_model(self._model, initial="idle")

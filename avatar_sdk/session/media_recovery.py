@@ -25,7 +25,7 @@ from ..clock import Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..transport.channel_down import DownKind
+from ..transport.channel_down import WATCH_TICK, DownKind
 from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
 from .decisions import decide_media_down
@@ -40,7 +40,7 @@ log = sdk_logger("avatar_sdk.session")
 #: the socket under the signalling is down: the socket tier decides then).
 _MEDIA_FINAL = frozenset({ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CLOSED})
 #: How often the watchdog looks at both channels, seconds.
-MEDIA_TICK = 0.1
+MEDIA_TICK = WATCH_TICK
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 

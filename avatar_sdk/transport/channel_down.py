@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 __all__ = [
     "DEAD_PEER_STATES",
+    "WATCH_TICK",
     "ChannelDown",
     "DownKind",
     "downlink_down",
@@ -23,7 +25,9 @@ __all__ = [
 ]
 
 #: Peer connection states after which the channel carries nothing any more.
-DEAD_PEER_STATES = ("failed", "closed")
+DEAD_PEER_STATES: Final = ("failed", "closed")
+#: How often a media watchdog looks at its channels, seconds (both sessions' watchdogs).
+WATCH_TICK: Final = 0.1
 
 
 class DownKind(StrEnum):

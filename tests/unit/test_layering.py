@@ -64,6 +64,8 @@ PURE = [
     "avatar_sdk.transport.channel_down",
     "avatar_sdk.transport.netchange",
     "avatar_sdk.scripted.protocol",
+    "avatar_sdk.scripted.states",
+    "avatar_sdk.scripted.config",
 ]
 FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")
 #: At run time ``asyncio`` and ``socket`` are loaded by the state-machine library itself
