@@ -20,12 +20,6 @@ from typing import Any, Literal
 
 import aiohttp
 from aiortc.mediastreams import MediaStreamTrack
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CATALOGUE, AvatarError, ErrorCode
@@ -41,7 +35,7 @@ from ..transport.hostguard import HostGuard
 from ..transport.ice import TurnConfig, rtc_configuration
 from ..transport.media import GATE_SETTLE
 from ..transport.stv import FanoutTrack, StvDownlink, whep_http_session
-from ..transport.tls import client_context, connector, tls_error, unreachable_error
+from ..transport.tls import client_context, connector
 from ..urls import check_url
 from . import audio as audio_prep
 from .config import HEALTHY_STRETCH, ScriptedConfig
@@ -53,13 +47,13 @@ from .protocol import (
     Transition,
     VoiceDetector,
     build_create,
-    classify_http_error,
     parse_create,
     parse_init_client,
     parse_say,
     say_form_fields,
     session_path,
 )
+from .rest import idempotent_retrying, post_json
 from .say import SayHandle, SayResult, settle
 from .states import UPSTREAM, ScriptedState, ScriptedStates
 from .tracks import ReaderIterator, VoiceHub
@@ -67,16 +61,6 @@ from .tracks import ReaderIterator, VoiceHub
 __all__ = ["ScriptedAvatarSession"]
 
 log = sdk_logger(__name__)
-
-
-def _transient(exc: BaseException) -> bool:
-    """A retry may help: the network, a timeout, a 5xx (never a 4xx, never session_gone)."""
-    if isinstance(exc, AvatarError):
-        return exc.code in (
-            ErrorCode.SERVER_ERROR, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CONNECT_TIMEOUT,
-            ErrorCode.UNREACHABLE,
-        )  # fmt: skip
-    return False
 
 
 class ScriptedAvatarSession(EventSource):
@@ -246,45 +230,22 @@ class ScriptedAvatarSession(EventSource):
     ) -> Any:
         """One POST; its JSON answer, or the classified ``AvatarError``."""
         bearer = token if token is not None else self._session_token()
-        headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json"}
-        try:
-            async with asyncio.timeout(self.config.request_timeout):
-                async with self._http_session().post(
-                    self._base + path,
-                    json=json if form is None else None,
-                    data=form,
-                    headers=headers,
-                    allow_redirects=False,
-                ) as resp:
-                    status = resp.status
-                    try:
-                        body = await resp.json(content_type=None)
-                    except ValueError:
-                        body = None
-        except TimeoutError:
-            raise AvatarError(ErrorCode.CONNECT_TIMEOUT, f"{what} unanswered") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise (
-                tls_error(exc, what)
-                or unreachable_error(exc, what)
-                or AvatarError(ErrorCode.TRANSPORT_CLOSED, f"{what}: {type(exc).__name__}")
-            ) from None
-        if not 200 <= status < 300:
-            raise classify_http_error(status, body, what)
-        return body
+        return await post_json(
+            self._http_session(),
+            self._base + path,
+            what,
+            bearer=bearer,
+            json=json,
+            form=form,
+            timeout=self.config.request_timeout,
+        )
 
     async def _call(self, verb: str, *, retry: bool) -> Any:
         created = self._require_created()
         path = session_path(created.session_id, verb)
         if not retry:
             return await self._post(path, verb, json={})
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(3),
-            wait=wait_exponential(multiplier=0.2, max=2.0),
-            retry=retry_if_exception(_transient),
-            sleep=self._clock.sleep,
-            reraise=True,
-        ):
+        async for attempt in idempotent_retrying(self._clock.sleep):
             with attempt:
                 return await self._post(path, verb, json={})
         raise AssertionError("unreachable")  # pragma: no cover
