@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from .events.bus import Event
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
-    from .scripted.session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig
-    from .session.facade import AvatarSession, Health
+    from .scripted.config import ScriptedConfig
+    from .scripted.say import SayHandle, SayResult
+    from .scripted.session import ScriptedAvatarSession
+    from .session.facade import AvatarSession
+    from .session.health import Health
     from .session.replies import Reply
     from .session.speech import SpeechHandle
 

@@ -215,3 +215,66 @@ class AvatarError(Exception):
 def info(code: ErrorCode) -> CodeInfo:
     """Catalogue entry of a code."""
     return CATALOGUE[code]
+
+
+# -- HTTP status -> code: one table for the SDK's two REST surfaces ---------------------------
+# Both agree on the client's errors (401/403 auth_failed, 429 capacity_unavailable, any other
+# 4xx bad_request) and differ, pinned by their tests, where the server failed:
+# * converse (avatar_sdk.chat): a 5xx, or a status outside 4xx/5xx, is transport_closed
+#   (retryable, category network), as the chat session has always reported it. server_error
+#   (category server) would say it better; changing it is a user-visible change of its own.
+# * avatar_session (avatar_sdk.scripted): a 5xx is server_error (retried by the idempotent
+#   calls), a status outside 4xx/5xx bad_request. A per-session 404 (session_gone) and the
+#   body's own code are read by scripted.protocol.classify_http_error before this table.
+
+
+class Surface(StrEnum):
+    """A REST surface the SDK calls."""
+
+    CONVERSE = "converse"
+    AVATAR_SESSION = "avatar_session"
+
+
+#: Statuses that mean the same on every surface.
+CLIENT_CODES: Final[dict[int, ErrorCode]] = {
+    401: ErrorCode.AUTH_FAILED,
+    403: ErrorCode.AUTH_FAILED,
+    429: ErrorCode.CAPACITY_UNAVAILABLE,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceCodes:
+    """One surface's row: what it calls each class of status not in :data:`CLIENT_CODES`."""
+
+    client_error: ErrorCode  # any other 4xx
+    server_error: ErrorCode  # 5xx
+    other: ErrorCode  # outside 4xx/5xx (a redirect not followed, a 1xx/2xx misuse)
+
+
+#: The per-surface rows (see the comment above for why they differ).
+SURFACES: Final[dict[Surface, SurfaceCodes]] = {
+    Surface.CONVERSE: SurfaceCodes(
+        client_error=ErrorCode.BAD_REQUEST,
+        server_error=ErrorCode.TRANSPORT_CLOSED,
+        other=ErrorCode.TRANSPORT_CLOSED,
+    ),
+    Surface.AVATAR_SESSION: SurfaceCodes(
+        client_error=ErrorCode.BAD_REQUEST,
+        server_error=ErrorCode.SERVER_ERROR,
+        other=ErrorCode.BAD_REQUEST,
+    ),
+}
+
+
+def code_for_status(status: int, surface: Surface) -> ErrorCode:
+    """The error code of a non-2xx ``status`` answered on ``surface``."""
+    shared = CLIENT_CODES.get(status)
+    if shared is not None:
+        return shared
+    row = SURFACES[surface]
+    if 400 <= status < 500:
+        return row.client_error
+    if 500 <= status < 600:
+        return row.server_error
+    return row.other

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..errors import AvatarError, ErrorCode
+from ..errors import AvatarError, ErrorCode, Surface, code_for_status
 from ..wire import BrainSegment, parse_delta
 from ..wire.errors import ProtocolError, preview
 
@@ -147,14 +147,9 @@ def build_converse_body(
 
 
 def http_error(status: int) -> AvatarError:
-    detail = f"converse HTTP {status}"
-    if status in (401, 403):
-        return AvatarError(ErrorCode.AUTH_FAILED, detail)
-    if status == 429:
-        return AvatarError(ErrorCode.CAPACITY_UNAVAILABLE, detail)
-    if 400 <= status < 500:
-        return AvatarError(ErrorCode.BAD_REQUEST, detail)
-    return AvatarError(ErrorCode.TRANSPORT_CLOSED, detail)
+    """The classified error of a non-2xx converse answer (the shared status table:
+    :func:`avatar_sdk.errors.code_for_status`)."""
+    return AvatarError(code_for_status(status, Surface.CONVERSE), f"converse HTTP {status}")
 
 
 def limit(value: int | None, what: str) -> int | None:

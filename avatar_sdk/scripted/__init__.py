@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .session import SayHandle, SayResult, ScriptedAvatarSession, ScriptedConfig, pcm_tone
+    from .audio import pcm_tone
+    from .config import ScriptedConfig
+    from .say import SayHandle, SayResult
+    from .session import ScriptedAvatarSession
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
-    "SayHandle": ".session",
-    "SayResult": ".session",
+    "SayHandle": ".say",
+    "SayResult": ".say",
     "ScriptedAvatarSession": ".session",
-    "ScriptedConfig": ".session",
-    "pcm_tone": ".session",
+    "ScriptedConfig": ".config",
+    "pcm_tone": ".audio",
 }
 
 __all__ = ["SayHandle", "SayResult", "ScriptedAvatarSession", "ScriptedConfig", "pcm_tone"]

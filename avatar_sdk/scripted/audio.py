@@ -19,7 +19,14 @@ import numpy as np
 
 from ..errors import AvatarError, ErrorCode
 
-__all__ = ["MAX_AUDIO_BYTES", "PreparedAudio", "decode_pcm", "encode_mp3", "prepare"]
+__all__ = [
+    "MAX_AUDIO_BYTES",
+    "PreparedAudio",
+    "decode_pcm",
+    "encode_mp3",
+    "pcm_tone",
+    "prepare",
+]
 
 #: Largest encoded utterance sent in one ``say`` (bytes): a bound, not a service limit.
 MAX_AUDIO_BYTES = 20 * 1024 * 1024
@@ -202,3 +209,11 @@ def _prepare(audio: object, duration: float | None, sample_rate: int | None) -> 
     return PreparedAudio(
         encode_mp3(pcm, rate), float(duration) if duration is not None else measured
     )
+
+
+def pcm_tone(
+    frequency: float, seconds: float, rate: int = 48_000, amplitude: float = 0.3
+) -> np.ndarray:
+    """int16 mono samples of a sine (for examples and tests of ``say``)."""
+    t = np.arange(int(seconds * rate)) / rate
+    return (np.sin(2 * np.pi * frequency * t) * amplitude * 32767).astype(np.int16)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-from ..errors import AvatarError, ErrorCode
+from ..errors import AvatarError, ErrorCode, Surface, code_for_status
 
 __all__ = [
     "CREATE_PATH",
@@ -145,8 +145,9 @@ def error_code_of(body: object) -> str | None:
 def classify_http_error(status: int, body: object, what: str) -> AvatarError:
     """The classified error of a non-2xx answer to ``what`` (a verb name).
 
-    404 on any per-session call means the session is gone (``session_gone``). The body's
-    ``code`` is only quoted when it is a short identifier (never a raw payload)."""
+    404 on any per-session call means the session is gone (``session_gone``); the rest is
+    the shared status table (:func:`avatar_sdk.errors.code_for_status`). The body's ``code`` is
+    only quoted when it is a short identifier (never a raw payload)."""
     code = error_code_of(body)
     mapped = _SERVER_CODES.get(code or "")
     shown = f" {code}" if code is not None and code.replace("_", "").isalnum() else ""
@@ -155,13 +156,7 @@ def classify_http_error(status: int, body: object, what: str) -> AvatarError:
         return AvatarError(mapped, detail)
     if status == 404 and what != "create":
         return AvatarError(ErrorCode.SESSION_GONE, detail)
-    if status in (401, 403):
-        return AvatarError(ErrorCode.AUTH_FAILED, detail)
-    if status == 429:
-        return AvatarError(ErrorCode.CAPACITY_UNAVAILABLE, detail)
-    if 500 <= status < 600:
-        return AvatarError(ErrorCode.SERVER_ERROR, detail)
-    return AvatarError(ErrorCode.BAD_REQUEST, detail)
+    return AvatarError(code_for_status(status, Surface.AVATAR_SESSION), detail)
 
 
 def jwt_exp(token: str) -> float | None:

@@ -12,40 +12,33 @@ downlink (:class:`~.protocol.SayLedger`). The protocol: ``docs/scripted.md``.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import ssl as ssl_module
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import aiohttp
-import numpy as np
 from aiortc.mediastreams import MediaStreamTrack
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CATALOGUE, AvatarError, ErrorCode
 from ..events.bus import EventSource
 from ..logs import sdk_logger
 from ..media.recorder import Recorder, record_avatar
-from ..media.sinks import FrameIterator, frame_rms
+from ..media.sinks import frame_rms
 from ..redact import register_secret
-from ..session.machine import Health
+from ..session.health import Health
 from ..session.supervisor import Supervisor
+from ..transport.channel_down import WATCH_TICK, ChannelDown, DownKind, downlink_down
 from ..transport.hostguard import HostGuard
 from ..transport.ice import TurnConfig, rtc_configuration
 from ..transport.media import GATE_SETTLE
 from ..transport.stv import FanoutTrack, StvDownlink, whep_http_session
-from ..transport.tls import client_context, connector, tls_error, unreachable_error
+from ..transport.tls import client_context, connector
 from ..urls import check_url
 from . import audio as audio_prep
+from .config import HEALTHY_STRETCH, ScriptedConfig
 from .protocol import (
     CREATE_PATH,
     ClientInit,
@@ -54,151 +47,20 @@ from .protocol import (
     Transition,
     VoiceDetector,
     build_create,
-    classify_http_error,
     parse_create,
     parse_init_client,
     parse_say,
     say_form_fields,
     session_path,
 )
+from .rest import idempotent_retrying, post_json
+from .say import SayHandle, SayResult, settle
+from .states import UPSTREAM, ScriptedState, ScriptedStates
+from .tracks import ReaderIterator, VoiceHub
 
-__all__ = ["SayHandle", "SayResult", "ScriptedAvatarSession", "ScriptedConfig"]
+__all__ = ["ScriptedAvatarSession"]
 
 log = sdk_logger(__name__)
-
-_WATCH_TICK: Final = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedConfig:
-    """Timings of a :class:`ScriptedAvatarSession` (seconds)."""
-
-    keep_alive_interval: float = 10.0  # cadence of keep-alive calls while open
-    expiry_warning: float = 300.0  # session_expiring this long before the token's exp
-    request_timeout: float = 10.0  # each REST call
-    connect_timeout: float = 30.0  # create + init-client + subscribe + playable gate
-    media_stall_timeout: float = 2.0  # no downlink frame this long: the peer is dead
-    recovery_timeout: float = 10.0  # one WHEP re-subscribe, verified by a frame
-    max_resubscribes: int = 5  # in a row without a healthy stretch, then ended
-    close_timeout: float = 2.0  # end() and the teardown
-    onset_margin: float = 2.0  # no voice onset within duration + this: no_onset
-    voice_threshold: float = 0.01  # RMS (1.0 = full scale) that counts as voice
-    voice_hangover: float = 0.2  # quiet this long after voice: an offset
-
-    def __post_init__(self) -> None:
-        for name in (
-            "keep_alive_interval", "request_timeout", "connect_timeout",
-            "media_stall_timeout", "recovery_timeout", "close_timeout", "onset_margin",
-            "voice_threshold", "voice_hangover",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (math.isfinite(value) and value > 0)
-            ):
-                raise AvatarError(ErrorCode.INVALID_ARGUMENT, f"{name} must be a number > 0")
-        if not (math.isfinite(self.expiry_warning) and self.expiry_warning >= 0):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "expiry_warning must be >= 0")
-        if isinstance(self.max_resubscribes, bool) or self.max_resubscribes < 0:
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "max_resubscribes must be an int >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class SayResult:
-    """How a say finished. ``at``: on the session's clock. ``reason``: ``played`` (its
-    voice ended on the downlink), ``interrupted`` (``interrupt()`` cut it), ``no_onset``
-    (no voice within its duration + ``onset_margin``), ``bound`` (its voice ran past the
-    duration; finished at the duration), ``ended`` (the session ended first)."""
-
-    at: float
-    reason: Literal["played", "interrupted", "no_onset", "bound", "ended"]
-
-    @property
-    def interrupted(self) -> bool:
-        return self.reason == "interrupted"
-
-    @property
-    def observed(self) -> bool:
-        """True when the finish was seen on the downlink (not inferred from a bound)."""
-        return self.reason in ("played", "interrupted")
-
-
-class SayHandle:
-    """One accepted ``say``: three futures on the session's clock.
-
-    ``accepted``: when the server took it (resolved when ``say`` returns); ``started``:
-    the avatar's voice onset for it (None when no onset was seen: see ``finished``);
-    ``finished``: a :class:`SayResult`. ``await handle`` waits for ``finished``. Nothing
-    here raises: an ended session resolves them (reason ``ended``)."""
-
-    def __init__(self, turn_id: str, duration: float, called_at: float) -> None:
-        loop = asyncio.get_running_loop()
-        self.turn_id = turn_id
-        self.duration = duration
-        self.called_at = called_at
-        self.accepted: asyncio.Future[float] = loop.create_future()
-        self.started: asyncio.Future[float | None] = loop.create_future()
-        self.finished: asyncio.Future[SayResult] = loop.create_future()
-
-    def __await__(self) -> Any:
-        return asyncio.shield(self.finished).__await__()
-
-    @property
-    def done(self) -> bool:
-        return self.finished.done()
-
-    def __repr__(self) -> str:
-        state = (
-            f"finished:{self.finished.result().reason}"
-            if self.finished.done()
-            else "started"
-            if self.started.done()
-            else "queued"
-        )
-        return f"<SayHandle {self.turn_id} {self.duration:.2f}s {state}>"
-
-
-def _set(fut: asyncio.Future[Any], value: Any) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-class _VoiceHub(FanoutTrack):
-    """The session's audio track: every decoded frame is levelled for the say ledger, then
-    fanned out to the application's readers (``avatar_audio`` and each ``frames()``)."""
-
-    def __init__(self, kind: str, tap: Callable[[Any], None] | None = None) -> None:
-        super().__init__(kind)
-        self._tap = tap
-        self.readers: list[FanoutTrack] = []
-
-    @property
-    def watched(self) -> bool:
-        """Watched through ``avatar_*`` itself, by a reader, or by the tap."""
-        return self._tap is not None or super().watched or any(r.watched for r in self.readers)
-
-    def pause(self) -> None:
-        super().pause()
-        for reader in self.readers:
-            reader.pause()
-
-    def push(self, frame: Any) -> None:
-        if self._tap is not None:
-            self._tap(frame)
-        for reader in list(self.readers):
-            reader.push(frame)
-        super().push(frame)
-
-
-def _transient(exc: BaseException) -> bool:
-    """A retry may help: the network, a timeout, a 5xx (never a 4xx, never session_gone)."""
-    if isinstance(exc, AvatarError):
-        return exc.code in (
-            ErrorCode.SERVER_ERROR, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CONNECT_TIMEOUT,
-            ErrorCode.UNREACHABLE,
-        )  # fmt: skip
-    return False
 
 
 class ScriptedAvatarSession(EventSource):
@@ -255,14 +117,14 @@ class ScriptedAvatarSession(EventSource):
         self._whep_http: aiohttp.ClientSession | None = None
         self._stv: StvDownlink | None = None
         self._supervisor = Supervisor(self._on_task_failure, label="avatar-sdk:scripted")
-        self._audio = _VoiceHub("audio", self._on_audio_frame)
-        self._video_track = _VoiceHub("video")
+        self._audio = VoiceHub("audio", self._on_audio_frame)
+        self._video_track = VoiceHub("video")
         self._outputs: dict[str, FanoutTrack] = {"audio": self._audio, "video": self._video_track}
         c = self.config
         self._detector = VoiceDetector(threshold=c.voice_threshold, hangover=c.voice_hangover)
         self._ledger = SayLedger(onset_margin=c.onset_margin)
         self._handles: dict[str, SayHandle] = {}
-        self._state: Literal["idle", "connecting", "live", "recovering", "ended"] = "idle"
+        self._states = ScriptedStates()
         self._reason: str | None = None
         self._category: str | None = None
         self._end_code: ErrorCode | None = None
@@ -280,7 +142,7 @@ class ScriptedAvatarSession(EventSource):
     def __repr__(self) -> str:
         sid = self._created.session_id if self._created else None
         return (
-            f"<ScriptedAvatarSession {self._state} session_id={sid!r} "
+            f"<ScriptedAvatarSession {self._states.state} session_id={sid!r} "
             f"agentic_url={self._base!r} says={self._says}>"
         )
 
@@ -291,7 +153,7 @@ class ScriptedAvatarSession(EventSource):
     @property
     def state(self) -> str:
         """``idle``, ``connecting``, ``live``, ``recovering`` (re-subscribing) or ``ended``."""
-        return self._state
+        return self._states.state
 
     @property
     def expires_at(self) -> float | None:
@@ -313,12 +175,12 @@ class ScriptedAvatarSession(EventSource):
 
     def frames(
         self, kind: Literal["audio", "video"] = "audio", *, max_queue: int = 50
-    ) -> _ReaderIterator:
+    ) -> ReaderIterator:
         """A fresh async iterator over the avatar's decoded ``av`` frames of ``kind``,
         independent of ``avatar_audio`` and other readers, lasting across re-subscribes.
         Close it (``async with`` / ``aclose()``) when done; the session's end ends it."""
         reader, drop = self._reader_track(kind, max_queue)
-        return _ReaderIterator(reader, max_queue=max_queue, on_close=drop)
+        return ReaderIterator(reader, max_queue=max_queue, on_close=drop)
 
     def _reader_track(self, kind: str, max_queue: int) -> tuple[FanoutTrack, Callable[[], None]]:
         """A new reader of the avatar's ``kind`` frames, and the function that detaches it."""
@@ -326,7 +188,7 @@ class ScriptedAvatarSession(EventSource):
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "kind must be 'audio' or 'video'")
         hub = self._audio if kind == "audio" else self._video_track
         reader = FanoutTrack(kind, max_queue=max_queue)
-        if self._state == "ended":
+        if self._states.ended:
             reader.stop()
         hub.readers.append(reader)
 
@@ -346,10 +208,9 @@ class ScriptedAvatarSession(EventSource):
     def health(self) -> Health:
         """``live`` while the session is usable, ``connecting`` while it starts or
         re-subscribes, ``failed`` once ended with an error, ``idle`` otherwise."""
-        upstream = {"live": "live", "connecting": "connecting", "recovering": "connecting"}
-        if self._state == "ended":
+        if self._states.ended:
             return Health("failed" if self._end_code else "idle", self._reason, self._category)
-        return Health(upstream.get(self._state, "idle"), self._reason, self._category)
+        return Health(UPSTREAM[self._states.state], self._reason, self._category)
 
     # -- REST -------------------------------------------------------------------------------
     def _http_session(self) -> aiohttp.ClientSession:
@@ -369,45 +230,22 @@ class ScriptedAvatarSession(EventSource):
     ) -> Any:
         """One POST; its JSON answer, or the classified ``AvatarError``."""
         bearer = token if token is not None else self._session_token()
-        headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json"}
-        try:
-            async with asyncio.timeout(self.config.request_timeout):
-                async with self._http_session().post(
-                    self._base + path,
-                    json=json if form is None else None,
-                    data=form,
-                    headers=headers,
-                    allow_redirects=False,
-                ) as resp:
-                    status = resp.status
-                    try:
-                        body = await resp.json(content_type=None)
-                    except ValueError:
-                        body = None
-        except TimeoutError:
-            raise AvatarError(ErrorCode.CONNECT_TIMEOUT, f"{what} unanswered") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise (
-                tls_error(exc, what)
-                or unreachable_error(exc, what)
-                or AvatarError(ErrorCode.TRANSPORT_CLOSED, f"{what}: {type(exc).__name__}")
-            ) from None
-        if not 200 <= status < 300:
-            raise classify_http_error(status, body, what)
-        return body
+        return await post_json(
+            self._http_session(),
+            self._base + path,
+            what,
+            bearer=bearer,
+            json=json,
+            form=form,
+            timeout=self.config.request_timeout,
+        )
 
     async def _call(self, verb: str, *, retry: bool) -> Any:
         created = self._require_created()
         path = session_path(created.session_id, verb)
         if not retry:
             return await self._post(path, verb, json={})
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(3),
-            wait=wait_exponential(multiplier=0.2, max=2.0),
-            retry=retry_if_exception(_transient),
-            sleep=self._clock.sleep,
-            reraise=True,
-        ):
+        async for attempt in idempotent_retrying(self._clock.sleep):
             with attempt:
                 return await self._post(path, verb, json={})
         raise AssertionError("unreachable")  # pragma: no cover
@@ -431,9 +269,9 @@ class ScriptedAvatarSession(EventSource):
     async def start(self) -> None:
         """Create, init-client, subscribe, and wait for the first frame (bounded by
         ``connect_timeout``). On failure everything is released and the error raised."""
-        if self._state != "idle":
+        if self._states.state is not ScriptedState.IDLE:
             raise AvatarError(ErrorCode.INVALID_STATE, "start() was already called")
-        self._state = "connecting"
+        self._states.move(ScriptedState.CONNECTING)
         started = self._clock.monotonic()
         try:
             async with asyncio.timeout(self.config.connect_timeout):
@@ -448,7 +286,7 @@ class ScriptedAvatarSession(EventSource):
         except BaseException:
             await self._finish(AvatarError(ErrorCode.CLOSED, "start() cancelled"), emit=False)
             raise
-        self._state = "live"
+        self._states.move(ScriptedState.LIVE)
         self._watching_since = self._clock.monotonic()
         self._supervisor.spawn(self._keep_alive_loop(), "keep-alive")
         self._supervisor.spawn(self._expiry_watch(), "expiry")
@@ -516,8 +354,8 @@ class ScriptedAvatarSession(EventSource):
             log.warning("scripted teardown failed: %s", type(exc).__name__)
 
     async def _teardown(self, error: AvatarError | None, emit: bool) -> None:
-        was_live = self._state in ("live", "recovering")
-        self._state = "ended"
+        was_live = self._states.open
+        self._states.move(ScriptedState.ENDED)
         self._end_code = error.code if error is not None else None
         if error is not None:
             self._reason, self._category = error.message, str(error.category)
@@ -623,7 +461,7 @@ class ScriptedAvatarSession(EventSource):
         if not parse_say(body):
             raise AvatarError(ErrorCode.SERVER_ERROR, "say-audio answered success: false")
         now = self._clock.monotonic()
-        _set(handle.accepted, now)
+        settle(handle.accepted, now)
         self._handles[turn] = handle
         self._apply(self._ledger.add(turn, prepared.duration, now, sent))
         return handle
@@ -651,9 +489,9 @@ class ScriptedAvatarSession(EventSource):
         self.keep_alives += 1
 
     def _check_live(self, what: str) -> None:
-        if self._state == "ended" or self._ending is not None:
+        if self._states.ended or self._ending is not None:
             raise AvatarError(ErrorCode.CLOSED, f"{what}() after the session ended")
-        if self._state not in ("live", "recovering"):
+        if not self._states.open:
             raise AvatarError(ErrorCode.INVALID_STATE, f"{what}() before start()")
 
     def _on_call_error(self, error: AvatarError) -> None:
@@ -680,12 +518,12 @@ class ScriptedAvatarSession(EventSource):
             if handle is None:
                 continue
             if t.kind == "started":
-                _set(handle.started, t.at)
+                settle(handle.started, t.at)
                 self._bus.emit("say_started", {"turn_id": t.turn_id, "at": t.at})
                 continue
-            _set(handle.started, None)
+            settle(handle.started, None)
             assert t.reason is not None
-            _set(handle.finished, SayResult(t.at, t.reason))
+            settle(handle.finished, SayResult(t.at, t.reason))
             self._handles.pop(t.turn_id, None)
             self._bus.emit(
                 "say_finished",
@@ -722,44 +560,51 @@ class ScriptedAvatarSession(EventSource):
         )
 
     async def _downlink_watch(self) -> None:
+        """Every :data:`WATCH_TICK`: the say ledger's timers, then the downlink's liveness
+        (the live session's rule, :func:`~avatar_sdk.transport.channel_down.downlink_down`);
+        a dead downlink re-subscribes, at most ``max_resubscribes`` times in a row without a
+        :data:`~.config.HEALTHY_STRETCH` of life between them."""
         c = self.config
         failures = 0
         while True:
-            await self._clock.sleep(_WATCH_TICK)
+            await self._clock.sleep(WATCH_TICK)
             now = self._clock.monotonic()
             self._apply(self._ledger.tick(now))
             for kind, at in self._detector.silence(now):
                 self._apply(self._ledger.on_edge(kind, at))
-            why = self._downlink_down(now)
-            if why is None:
-                if failures and self._watching_since is not None and now - self._watching_since > 5:
+            down = self._downlink_down(now)
+            if down is None:
+                since = self._watching_since
+                if failures and since is not None and now - since > HEALTHY_STRETCH:
                     failures = 0
                 continue
             if failures >= c.max_resubscribes:
-                self._fail_soon(AvatarError(ErrorCode.GAVE_UP, f"downlink: {why}"))
+                self._fail_soon(AvatarError(ErrorCode.GAVE_UP, f"downlink: {down.reason}"))
                 return
             failures += 1
-            if not await self._resubscribe(why, failures):
+            if not await self._resubscribe(down.reason, failures):
                 return
 
-    def _downlink_down(self, now: float) -> str | None:
-        """Why the downlink is dead now, or None while it delivers."""
+    def _downlink_down(self, now: float) -> ChannelDown | None:
+        """Why the downlink is dead now, or None while it delivers. Silence counts from the
+        last frame or the subscription, never from before the last recovery: time spent
+        re-subscribing is not a stall."""
         stv = self._stv
         if stv is None:
-            return "no downlink"
-        if stv.state in ("failed", "closed"):
-            return f"stv peer {stv.state}"
-        # Silence counts from the last frame, the subscription or the last recovery,
-        # whichever is latest: time spent re-subscribing is not a stall.
-        marks = [m for m in (stv.last_media_at, stv.subscribed_at, self._watching_since) if m]
-        if marks and now - max(marks) > self.config.media_stall_timeout:
-            return f"no media for {now - max(marks):.1f}s"
-        return None
+            return ChannelDown(DownKind.NO_DOWNLINK, "no downlink")
+        return downlink_down(
+            stv.state,
+            now,
+            self.config.media_stall_timeout,
+            last_media_at=stv.last_media_at,
+            subscribed_at=stv.subscribed_at,
+            watching_since=self._watching_since,
+        )
 
     async def _resubscribe(self, why: str, attempt: int) -> bool:
         """WHEP re-subscribe; False once the session is gone (it then ends)."""
         started = self._clock.monotonic()
-        self._state = "recovering"
+        self._states.move(ScriptedState.RECOVERING)
         self._reason, self._category = why, "network"
         self._bus.emit(
             "media_recovering",
@@ -779,11 +624,11 @@ class ScriptedAvatarSession(EventSource):
                 return False
             log.info("WHEP re-subscribe failed: %s", error.code)
             self._bus.emit("error", error.as_event())
-            self._state = "live"
+            self._states.move(ScriptedState.LIVE)
             self._watching_since = self._clock.monotonic()
             return True
         self.resubscribes += 1
-        self._state = "live"
+        self._states.move(ScriptedState.LIVE)
         self._reason = self._category = None
         self._watching_since = self._clock.monotonic()
         self._bus.emit(
@@ -800,28 +645,3 @@ class ScriptedAvatarSession(EventSource):
         """Return once the session ended (by ``end()``, or the server reclaiming it)."""
         async with asyncio.timeout(timeout):
             await self._ended.wait()
-
-
-class _ReaderIterator(FrameIterator):
-    """A :class:`FrameIterator` over one of the session's reader tracks, which it owns:
-    closing it stops the reader and takes it off the fan-out."""
-
-    def __init__(
-        self, reader: FanoutTrack, *, max_queue: int, on_close: Callable[[], None]
-    ) -> None:
-        super().__init__(reader, max_queue=max_queue)
-        self.reader = reader
-        self._on_close = on_close
-
-    async def aclose(self) -> None:
-        self._on_close()
-        self.reader.stop()
-        await super().aclose()
-
-
-def pcm_tone(
-    frequency: float, seconds: float, rate: int = 48_000, amplitude: float = 0.3
-) -> np.ndarray:
-    """int16 mono samples of a sine (for examples and tests of ``say``)."""
-    t = np.arange(int(seconds * rate)) / rate
-    return (np.sin(2 * np.pi * frequency * t) * amplitude * 32767).astype(np.int16)

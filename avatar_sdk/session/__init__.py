@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .facade import AvatarSession, Health
+    from .facade import AvatarSession
+    from .health import Health
     from .replies import Reply
     from .speech import SpeechHandle
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
     "AvatarSession": ".facade",
-    "Health": ".facade",
+    "Health": ".health",
     "Reply": ".replies",
     "SpeechHandle": ".speech",
 }

@@ -23,7 +23,7 @@ from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
 from ..transport.genie import GenieClient
 from ..transport.stv import FanoutTrack
-from .machine import SessionMachine
+from .machine import SessionMachine, Trigger
 from .slot import LinkSlot, Outcome
 from .supervisor import Supervisor
 
@@ -93,7 +93,7 @@ class Endings:
 
     async def end(self, reason: str, code: ErrorCode | None) -> None:
         """Graceful end: ``disconnecting`` → teardown → ``ended``."""
-        if not self.machine.try_fire("end"):
+        if not self.machine.try_fire(Trigger.END):
             return  # already ending or ended: "end" is declared from live states only
         completing: asyncio.Task[None] | None = None
         if reason in _COMPLETING or (
@@ -108,7 +108,7 @@ class Endings:
         if completing is not None:
             await completing
         await self._release_lifecycle()
-        self.machine.try_fire("finished")
+        self.machine.try_fire(Trigger.FINISHED)
         info = CATALOGUE[code] if code is not None else None
         await self._ended(
             {
@@ -126,7 +126,7 @@ class Endings:
             return
         self.machine.note_cause(error)
         self.bus.emit("error", error.as_event())
-        self.machine.fire("fail")
+        self.machine.fire(Trigger.FAIL)
         # A fatal end is not the end of the conversation: the app may continue the thread.
         self.completion.abandon()
         await self._teardown(error)

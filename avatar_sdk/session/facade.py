@@ -42,9 +42,10 @@ from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 from .conversation import ConversationView
 from .endings import Endings
 from .genie_host import GenieHost
+from .health import Health
 from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec
-from .machine import Health, SessionMachine
+from .machine import SessionMachine, Trigger
 from .recovery import RecoveryController
 from .renewal import RenewalController, RenewalParts
 from .renewal_plan import Boundary
@@ -471,11 +472,11 @@ class AvatarSession(EventSource):
         self._call("connect")
         self._connect_task = asyncio.current_task()
         started = self._clock.monotonic()
-        self._machine.fire("start")
+        self._machine.fire(Trigger.START)
         try:
             await self._recovery.admit(self._machine.fire, retry)
             self._adopt_genie()
-            self._machine.fire("approved")
+            self._machine.fire(Trigger.APPROVED)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             reason = "closed" if self._close_requested else "cancelled"
@@ -733,7 +734,7 @@ class AvatarSession(EventSource):
         self._require(self._machine.usable)
         self._call("pause")
         await self._slot.outbox.send(Out.PAUSE_CONVERSATION, build_empty())
-        if not self._machine.try_fire("pause"):
+        if not self._machine.try_fire(Trigger.PAUSE):
             # A recovery started while the pause went out: it returns to paused.
             self._require(self._machine.recovering)
             self._machine.set(user_paused=True)
@@ -756,7 +757,7 @@ class AvatarSession(EventSource):
             except AvatarError as error:
                 await self._endings.fail(error, reason="resume_failed")
                 raise
-        if not self._machine.try_fire("resume"):
+        if not self._machine.try_fire(Trigger.RESUME):
             # A recovery started meanwhile: it returns to connected, not paused.
             self._require(self._machine.link_recovering)
             self._machine.set(user_paused=False)

@@ -30,7 +30,7 @@ from ..wire import (
     build_join,
     build_stv_new_session,
 )
-from .machine import step_timeout
+from .machine import Trigger, step_timeout
 
 
 class Handshake:
@@ -101,7 +101,7 @@ class HandshakeResult:
 
 
 #: Reports progress through the connect steps (the machine's ``connecting_*`` triggers).
-Advance = Callable[[str], None]
+Advance = Callable[[Trigger], None]
 
 
 class Deadline:
@@ -149,7 +149,7 @@ async def run_handshake(
     result = HandshakeResult(room_id=room_id)
     server = await wait_step(handshake, config, deadline, In.ON_SERVER_CONNECTED)
     result.server = server if isinstance(server, ServerConnected) else None
-    advance("socket_open")
+    advance(Trigger.SOCKET_OPEN)
 
     await channel.emit(Out.JOIN, build_join(room_id=room_id, token=token, thread_id=thread_id))
     cfg, _ = await asyncio.gather(
@@ -158,25 +158,25 @@ async def run_handshake(
     )
     if isinstance(cfg, ClientConfiguration):
         result.client_configuration = dict(cfg.config)
-    advance("joined")
+    advance(Trigger.JOINED)
 
     # stvNewSession first, availability in parallel (the reference order, PROTOCOL.md §4.7).
     await channel.emit(Out.STV_NEW_SESSION, build_stv_new_session(room_id))
     await channel.emit(Out.CHECK_AVAILABILITY, build_check_availability())
     stv = await wait_step(handshake, config, deadline, In.STV_NEW_SESSION)
     result.stv = stv if isinstance(stv, StvNewSession) else None
-    advance("stv_ready")
+    advance(Trigger.STV_READY)
 
     await wait_step(handshake, config, deadline, In.SHOW_AGENT)
-    advance("agent_shown")
+    advance(Trigger.AGENT_SHOWN)
     perms = await wait_step(handshake, config, deadline, In.ASK_PERMISSIONS)
     result.permissions = perms if isinstance(perms, AskPermissions) else None
 
     if media and media_steps is not None:
-        advance("permissions_asked")
+        advance(Trigger.PERMISSIONS_ASKED)
         await media_steps(result)
     else:
-        advance("media_skipped")
+        advance(Trigger.MEDIA_SKIPPED)
 
     await channel.emit(Out.APPROVED_PERMISSIONS, build_approved_permissions(room_id))
     return result

@@ -22,9 +22,10 @@ from ..logs import sdk_logger
 from ..wire import ConversationTimeExpired, InboundEvent
 from ..wire.disconnect import IO_SERVER_DISCONNECT
 from .conversation import ConversationView
+from .decisions import decide_disconnect
 from .endings import Endings
 from .link import ServerLink
-from .machine import SessionMachine, decide_disconnect
+from .machine import SessionMachine, Trigger
 from .recovery import RecoveryController
 from .renewal import RenewalController
 from .router import route
@@ -140,7 +141,7 @@ class InboundHandler:
     async def _recover_cold(self, reason: str) -> None:
         """The socket cannot be resumed (it would be handed the same poisoned message
         again): a brand-new link, same thread."""
-        if self.machine.try_fire("session_lost"):
+        if self.machine.try_fire(Trigger.SESSION_LOST):
             self.machine.note_cause(reason, Category.SERVER)
             await self.recovery.recover_cold(reason)
 
@@ -162,7 +163,7 @@ class InboundHandler:
     async def _recover_from_spiral(self) -> None:
         """The hard spiral limit tripped: rebuild on a brand-new socket (a re-join on the
         live one is silently ignored by the server), then resend the abandoned turn once."""
-        if not self.machine.try_fire("session_lost"):
+        if not self.machine.try_fire(Trigger.SESSION_LOST):
             return
         text = self.guards.last_turn_text
         outcome = await self.recovery.recover_cold("tool_spiral_hard_limit")

@@ -47,6 +47,7 @@ from .handshake import (
     run_handshake,
     wait_step,
 )
+from .machine import Trigger
 from .router import FATAL_EVENTS, HANDSHAKE_EVENTS
 
 log = sdk_logger(__name__)
@@ -341,9 +342,9 @@ class LinkBuilder:
             wait=lambda name: wait_step(link.handshake, self._config, deadline, name),
             socket_id=link.channel.sid or "",
         )
-        advance("asr_ready")
+        advance(Trigger.ASR_READY)
         await lanes.start_stv(stv, deadline.remaining)
-        advance("video_ready")
+        advance(Trigger.VIDEO_READY)
 
     async def rebuild_media(self, link: ServerLink, send: Send) -> None:
         """After the server released a paused session's media: a new STV session, both

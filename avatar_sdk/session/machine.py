@@ -1,9 +1,10 @@
 """SessionMachine: the one explicit state machine of a session.
 
 Every state and every transition is declared in :data:`STATES` and :data:`TRANSITIONS`
-below; nothing else changes a session's state. Channels and guards report facts, the
-session runtime turns facts into triggers with the pure ``decide_*`` functions here, and the
-machine refuses any transition that is not declared: :meth:`SessionMachine.fire` raises
+below, each transition named by a :class:`Trigger`; nothing else changes a session's state.
+Channels and guards report facts, the session runtime turns facts into triggers with the
+pure ``decide_*`` functions (:mod:`.decisions`), and the machine refuses any transition that
+is not declared: :meth:`SessionMachine.fire` raises
 :class:`InvalidTransition` in strict mode (the test suite) and logs an error otherwise;
 transitions that may legitimately lose a race use :meth:`SessionMachine.try_fire`.
 
@@ -20,13 +21,12 @@ hierarchical machine uses ``/`` because ``stv_session`` itself contains an under
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 from transitions import MachineError
@@ -35,7 +35,7 @@ from transitions.extensions.nesting import HierarchicalMachine, NestedState
 from ..config import SessionConfig
 from ..errors import AvatarError, Category, ErrorCode
 from ..logs import MACHINE_NAME, sdk_logger
-from ..wire.disconnect import IO_SERVER_REFUSED, MESSAGE_TOO_BIG, is_recoverable
+from .health import Health
 
 log = sdk_logger(__name__)
 
@@ -101,53 +101,89 @@ NOTEWORTHY: Final = frozenset(
     {"reconnecting", "recovering_media", "cold_reconnecting", "queued", "renewing", "failed"}
 )
 
+
+class Trigger(StrEnum):
+    """The name of every declared transition: the only names :meth:`SessionMachine.fire`
+    takes, and the ones :data:`TRANSITIONS` is built from (a misspelt trigger is an
+    ``AttributeError`` at import, not a transition that silently never happens)."""
+
+    START = "start"
+    SOCKET_OPEN = "socket_open"
+    JOINED = "joined"
+    STV_READY = "stv_ready"
+    AGENT_SHOWN = "agent_shown"
+    PERMISSIONS_ASKED = "permissions_asked"
+    MEDIA_SKIPPED = "media_skipped"
+    ASR_READY = "asr_ready"
+    VIDEO_READY = "video_ready"
+    APPROVED = "approved"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+    RETRY = "retry"
+    CONNECT_RETRY = "connect_retry"
+    TRANSPORT_LOST = "transport_lost"
+    RECOVERED = "recovered"
+    MEDIA_DOWN = "media_down"
+    MEDIA_RECOVERED = "media_recovered"
+    RECOVERY_FAILED = "recovery_failed"
+    SESSION_LOST = "session_lost"
+    COLD_RECONNECTED = "cold_reconnected"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RENEW_BREAK = "renew_break"
+    RENEWED = "renewed"
+    RENEWAL_FAILED = "renewal_failed"
+    END = "end"
+    FINISHED = "finished"
+    FAIL = "fail"
+
+
 # (trigger, source(s), destination[, condition]). The only transitions that exist. A
 # condition names a MachineData flag; the first declared transition whose condition holds wins.
 TRANSITIONS: Final[list[tuple[Any, ...]]] = [
-    ("start", "idle", "connecting/socket"),
-    ("socket_open", "connecting/socket", "connecting/joining"),
-    ("joined", "connecting/joining", "connecting/stv_session"),
-    ("stv_ready", "connecting/stv_session", "connecting/agent"),
-    ("agent_shown", "connecting/agent", "connecting/ready"),
-    ("permissions_asked", "connecting/ready", "connecting/asr"),
-    ("media_skipped", "connecting/ready", "connecting/approving"),
-    ("asr_ready", "connecting/asr", "connecting/video"),
-    ("video_ready", "connecting/video", "connecting/approving"),
-    ("approved", "connecting/approving", "connected"),
+    (Trigger.START, "idle", "connecting/socket"),
+    (Trigger.SOCKET_OPEN, "connecting/socket", "connecting/joining"),
+    (Trigger.JOINED, "connecting/joining", "connecting/stv_session"),
+    (Trigger.STV_READY, "connecting/stv_session", "connecting/agent"),
+    (Trigger.AGENT_SHOWN, "connecting/agent", "connecting/ready"),
+    (Trigger.PERMISSIONS_ASKED, "connecting/ready", "connecting/asr"),
+    (Trigger.MEDIA_SKIPPED, "connecting/ready", "connecting/approving"),
+    (Trigger.ASR_READY, "connecting/asr", "connecting/video"),
+    (Trigger.VIDEO_READY, "connecting/video", "connecting/approving"),
+    (Trigger.APPROVED, "connecting/approving", "connected"),
     # capacity: wait, then a fresh socket and a new join
-    ("capacity_unavailable", ["connecting", "cold_reconnecting"], "queued"),
-    ("retry", "queued", "connecting/socket"),
+    (Trigger.CAPACITY_UNAVAILABLE, ["connecting", "cold_reconnecting"], "queued"),
+    (Trigger.RETRY, "queued", "connecting/socket"),
     # connect(retry=...): a failed first-connect attempt, tried again on a fresh socket
-    ("connect_retry", "connecting", "connecting/socket"),
+    (Trigger.CONNECT_RETRY, "connecting", "connecting/socket"),
     # tier 1: socket-transport recovery (connection-state recovery, no re-join)
-    ("transport_lost", list(LINK_UP), "reconnecting"),
-    ("transport_lost", "reconnecting", "reconnecting"),
-    ("recovered", "reconnecting", "paused", "user_paused"),
-    ("recovered", "reconnecting", "connected"),
+    (Trigger.TRANSPORT_LOST, list(LINK_UP), "reconnecting"),
+    (Trigger.TRANSPORT_LOST, "reconnecting", "reconnecting"),
+    (Trigger.RECOVERED, "reconnecting", "paused", "user_paused"),
+    (Trigger.RECOVERED, "reconnecting", "connected"),
     # tier 2: media recovery in place
-    ("media_down", "connected", "recovering_media"),
-    ("media_recovered", "recovering_media", "paused", "user_paused"),
-    ("media_recovered", "recovering_media", "connected"),
+    (Trigger.MEDIA_DOWN, "connected", "recovering_media"),
+    (Trigger.MEDIA_RECOVERED, "recovering_media", "paused", "user_paused"),
+    (Trigger.MEDIA_RECOVERED, "recovering_media", "connected"),
     # tier 3: cold reconnect on a brand-new socket, same thread
-    ("recovery_failed", "reconnecting", "cold_reconnecting"),
-    ("session_lost", list(LINK_UP), "cold_reconnecting"),
-    ("session_lost", "reconnecting", "cold_reconnecting"),
-    ("cold_reconnected", "cold_reconnecting", "paused", "user_paused"),
-    ("cold_reconnected", "cold_reconnecting", "connected"),
-    ("pause", "connected", "paused"),
-    ("resume", "paused", "connected"),
+    (Trigger.RECOVERY_FAILED, "reconnecting", "cold_reconnecting"),
+    (Trigger.SESSION_LOST, list(LINK_UP), "cold_reconnecting"),
+    (Trigger.SESSION_LOST, "reconnecting", "cold_reconnecting"),
+    (Trigger.COLD_RECONNECTED, "cold_reconnecting", "paused", "user_paused"),
+    (Trigger.COLD_RECONNECTED, "cold_reconnecting", "connected"),
+    (Trigger.PAUSE, "connected", "paused"),
+    (Trigger.RESUME, "paused", "connected"),
     # renewal past the server's time cap (session/renewal.py). Make-before-break swaps
     # links while the session stays connected (no transition); break-before-make (the
     # service refused a second live session on the thread, or the old link ended first)
     # closes the old link, then joins the new one: turns are held meanwhile.
-    ("renew_break", "connected", "renewing"),
-    ("renewed", "renewing", "connected"),
-    ("renewal_failed", "renewing", "cold_reconnecting"),
+    (Trigger.RENEW_BREAK, "connected", "renewing"),
+    (Trigger.RENEWED, "renewing", "connected"),
+    (Trigger.RENEWAL_FAILED, "renewing", "cold_reconnecting"),
     # endings
-    ("end", [s for s in LIVE if s != "idle"], "disconnecting"),
-    ("end", "idle", "ended"),
-    ("finished", "disconnecting", "ended"),
-    ("fail", [*LIVE, "disconnecting"], "failed"),
+    (Trigger.END, [s for s in LIVE if s != "idle"], "disconnecting"),
+    (Trigger.END, "idle", "ended"),
+    (Trigger.FINISHED, "disconnecting", "ended"),
+    (Trigger.FAIL, [*LIVE, "disconnecting"], "failed"),
 ]
 
 TERMINAL: Final = frozenset({"ended", "failed"})
@@ -190,80 +226,6 @@ def transition_log_level(previous: str, current: str) -> int:
     return logging.INFO if NOTEWORTHY.intersection((previous, current)) else logging.DEBUG
 
 
-# -- decisions (pure) -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class DisconnectDecision:
-    """What a socket disconnect means in a given state."""
-
-    action: str  # "recover_socket" | "recover_cold" | "end" | "abort_connect" | "ignore"
-    reason: str
-
-
-def decide_disconnect(state: str, reason: str) -> DisconnectDecision:
-    """The machine's rule for a dropped control socket.
-
-    A recoverable reason while live goes to the socket tier, and so does a CONNECT_ERROR
-    for the connected namespace (``io server refused``: the reconnect's own answer then
-    tells a glitch from a refusal). A message over ``max_message_size`` goes straight to
-    the cold tier: connection-state recovery would replay it first. Any other reason ends
-    the session with that reason (the server ended it on purpose). During the connect
-    sequence a drop fails the attempt at once instead of waiting for a step timeout.
-    """
-    if state.startswith("connecting"):
-        return DisconnectDecision("abort_connect", reason)
-    if state in ("connected", "paused", "recovering_media"):
-        if reason == MESSAGE_TOO_BIG:
-            return DisconnectDecision("recover_cold", reason)
-        if is_recoverable(reason) or reason == IO_SERVER_REFUSED:
-            return DisconnectDecision("recover_socket", reason)
-        return DisconnectDecision("end", reason)
-    return DisconnectDecision("ignore", reason)
-
-
-def decide_media_down(peer_state: str | None) -> str:
-    """What a dead media channel calls for: ``"recover"`` it in place at once, or
-    ``"check_socket"`` first. A peer *closed* by the far end is what a server does to every
-    peer when its conversation ends, which is also when it drops the socket for good (the
-    peers may close a few ms before the drop is noticed): a socket probe, cut short by the
-    drop, tells a lost server session (the socket tiers decide) from one dead peer. A stall
-    or an ICE failure is the path's, not the server's: no probe on that path."""
-    return "check_socket" if peer_state == "closed" else "recover"
-
-
-def capacity_delay(
-    schedule: tuple[float, ...], attempt: int, rng: random.Random | None = None
-) -> float:
-    """Seconds to stay ``queued`` before retry ``attempt`` (1-based): the schedule's entry,
-    clamped at its last one, with the reference client's ±15% jitter so that a crowd of
-    waiting clients does not retry in lockstep."""
-    if not schedule:
-        return 0.0
-    base = schedule[min(max(attempt, 1), len(schedule)) - 1]
-    return float(base * (rng or random).uniform(0.85, 1.15))
-
-
-class ClockJumpDetector:
-    """Notices a suspend/resume: the wall clock advanced much more than the monotonic clock
-    between two checks (CLOCK_MONOTONIC stops while the host sleeps)."""
-
-    def __init__(self, threshold: float = 2.0) -> None:
-        self.threshold = threshold
-        self._last: tuple[float, float] | None = None
-
-    def check(self, wall: float, mono: float) -> float | None:
-        """Seconds the host was away since the last check, or None."""
-        last, self._last = self._last, (wall, mono)
-        if last is None:
-            return None
-        gap = (wall - last[0]) - (mono - last[1])
-        return gap if gap > self.threshold else None
-
-
-def decide_connect_failure(code: ErrorCode) -> str:
-    """Trigger for a failed connect attempt: capacity waits in ``queued``, the rest fail."""
-    return "capacity_unavailable" if code is ErrorCode.CAPACITY_UNAVAILABLE else "fail"
-
-
 # -- the machine ------------------------------------------------------------------------------
 class InvalidTransition(RuntimeError):
     """A trigger fired in a state that does not declare it (a bug of ours)."""
@@ -289,28 +251,21 @@ class MachineData:
     category: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Health:
-    """Is the upstream usable right now, and if not, why."""
-
-    upstream: str  # "live" | "idle" | "connecting" | "backoff" | "failed"
-    reason: str | None = None
-    category: str | None = None
-
-
 #: Data changes that belong to a transition, applied when it happens.
-_ON_TRIGGER: Final[dict[str, dict[str, Any]]] = {
-    "pause": {"user_paused": True},
-    "resume": {"user_paused": False, "media_released": False},
-    "recovered": {"reason": None, "category": None, "backing_off": False},
-    "cold_reconnected": {"reason": None, "category": None, "backing_off": False},
-    "media_recovered": {"reason": None, "category": None},
-    "approved": {"reason": None, "category": None, "backing_off": False},
-    "renewed": {"reason": None, "category": None, "backing_off": False},
+_ON_TRIGGER: Final[dict[Trigger, dict[str, Any]]] = {
+    Trigger.PAUSE: {"user_paused": True},
+    Trigger.RESUME: {"user_paused": False, "media_released": False},
+    Trigger.RECOVERED: {"reason": None, "category": None, "backing_off": False},
+    Trigger.COLD_RECONNECTED: {"reason": None, "category": None, "backing_off": False},
+    Trigger.MEDIA_RECOVERED: {"reason": None, "category": None},
+    Trigger.APPROVED: {"reason": None, "category": None, "backing_off": False},
+    Trigger.RENEWED: {"reason": None, "category": None, "backing_off": False},
 }
 
 
-def _strict_default() -> bool:
+def strict_default() -> bool:
+    """Refuse an undeclared transition loudly (``AVATAR_SDK_STRICT_MACHINE``; the test suite
+    sets it) rather than only logging it."""
     return os.environ.get("AVATAR_SDK_STRICT_MACHINE", "") not in ("", "0")
 
 
@@ -354,7 +309,7 @@ def _after_change(event: Any) -> None:
 
 def _declare(spec: tuple[Any, ...]) -> dict[str, Any]:
     trigger, source, dest, *condition = spec
-    declared: dict[str, Any] = {"trigger": trigger, "source": source, "dest": dest}
+    declared: dict[str, Any] = {"trigger": str(trigger), "source": source, "dest": dest}
     if condition:
         declared["conditions"] = [_Flag(condition[0])]
     return declared
@@ -391,7 +346,7 @@ class SessionMachine:
     ) -> None:
         self._model = _Model(self)
         self._on_change = on_change
-        self.strict = _strict_default() if strict is None else strict
+        self.strict = strict_default() if strict is None else strict
         self.data = MachineData()
         self._machine = _shared_machine()
         self._machine.add_model(self._model, initial="idle")
@@ -490,26 +445,26 @@ class SessionMachine:
         else:
             self.set(reason=cause, category=None if category is None else str(category))
 
-    def can(self, trigger: str) -> bool:
+    def can(self, trigger: Trigger) -> bool:
         return trigger in self._machine.get_triggers(self._model.state)
 
-    def fire(self, trigger: str) -> None:
+    def fire(self, trigger: Trigger) -> None:
         """Run a declared transition. Firing an undeclared one is a bug: it raises
         :class:`InvalidTransition` in strict mode and is logged as an error otherwise
         (callers that may lose a race use :meth:`try_fire`)."""
         if not self.try_fire(trigger):
-            message = f"transition {trigger!r} is not declared from {self.state}"
+            message = f"transition {str(trigger)!r} is not declared from {self.state}"
             if self.strict:
                 raise InvalidTransition(message)
             log.error(message)
 
-    def try_fire(self, trigger: str) -> bool:
+    def try_fire(self, trigger: Trigger) -> bool:
         """Run a transition if it is declared now; False (nothing changes) if not."""
         if not self.can(trigger):
-            log.debug("transition %r not allowed from %s", trigger, self.state)
+            log.debug("transition %r not allowed from %s", str(trigger), self.state)
             return False
         try:
-            fired = bool(self._model.trigger(trigger))  # type: ignore[attr-defined]
+            fired = bool(self._model.trigger(str(trigger)))  # type: ignore[attr-defined]
         except MachineError:
             return False
         if fired:
@@ -548,27 +503,3 @@ class SessionMachine:
         log.log(level, "state %s -> %s (%s)", previous, current, trigger)
         if self._on_change is not None:
             self._on_change(current, previous, trigger)
-
-
-def mermaid() -> str:
-    """The machine as a Mermaid state diagram, generated from :data:`TRANSITIONS`."""
-    lines = ["stateDiagram-v2", "  [*] --> idle"]
-    lines.append("  state connecting {")
-    for a, b in itertools.pairwise(CONNECT_STEPS):
-        lines.append(f"    connecting_{a} --> connecting_{b}")
-    lines.append("  }")
-    seen: set[tuple[str, str, str]] = set()
-    for trigger, sources, dest, *condition in TRANSITIONS:
-        label = f"{trigger} [{condition[0]}]" if condition else trigger
-        for src in [sources] if isinstance(sources, str) else sources:
-            a, b = public_name(src), public_name(dest)
-            inner = a.startswith("connecting_") and b.startswith("connecting_")
-            if inner and trigger != "media_skipped":
-                continue
-            key = (a, b, label)
-            if key in seen:
-                continue
-            seen.add(key)
-            lines.append(f"  {a} --> {b}: {label}")
-    lines += ["  ended --> [*]", "  failed --> [*]"]
-    return "\n".join(lines) + "\n"

@@ -25,10 +25,12 @@ from ..clock import Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..transport.channel_down import WATCH_TICK, DownKind
 from ..transport.media import MediaLanes
 from ..transport.quality import ByteMark, summarize
+from .decisions import decide_media_down
 from .link import ServerLink
-from .machine import SessionMachine, decide_media_down
+from .machine import SessionMachine, Trigger
 from .slot import LinkSlot
 from .stats import SessionStats
 
@@ -38,7 +40,7 @@ log = sdk_logger("avatar_sdk.session")
 #: the socket under the signalling is down: the socket tier decides then).
 _MEDIA_FINAL = frozenset({ErrorCode.SESSION_GONE, ErrorCode.TRANSPORT_CLOSED, ErrorCode.CLOSED})
 #: How often the watchdog looks at both channels, seconds.
-MEDIA_TICK = 0.1
+MEDIA_TICK = WATCH_TICK
 
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
@@ -108,11 +110,12 @@ class MediaTier:
                 if start is None:
                     since[channel] = now
                     continue
-                why = lanes.down_channels(now, stall, start).get(channel)
-                if why is not None and "receiver report" in why:
+                down = lanes.down_channels(now, stall, start).get(channel)
+                if down is not None and down.kind is DownKind.NO_RECEIVER_REPORT:
                     # Never act on a stale reading: look at the peer's reports once more.
                     await lanes.poll_asr_reports()
-                    why = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                    down = lanes.down_channels(self._clock.monotonic(), stall, start).get(channel)
+                why = down.reason if down is not None else None
                 if why is None and channel == "stv":
                     # The voice keeps the downlink alive; its video may still be frozen.
                     why = await lanes.judge_video(now, start)
@@ -177,7 +180,7 @@ class MediaTier:
     ) -> None:
         if link is None:
             return
-        if self._machine.try_fire("media_down"):
+        if self._machine.try_fire(Trigger.MEDIA_DOWN):
             self._on_down()
         elif not self._machine.recovering_media:
             return  # media_down is declared from connected only; a running recovery is joined
@@ -224,7 +227,7 @@ class MediaTier:
         if not self._machine.recovering_media or lanes is not link.lanes:
             return  # the socket tier or a cold rebuild took over meanwhile
         if not self._slot.tasks(link).others(than=asyncio.current_task()):
-            if not self._machine.try_fire("media_recovered"):
+            if not self._machine.try_fire(Trigger.MEDIA_RECOVERED):
                 return
             self._on_up()
         self._stats.record_recovery("media", duration)
@@ -240,7 +243,7 @@ class MediaTier:
         for task in self._slot.tasks(link).others(than=asyncio.current_task()).values():
             task.cancel()
         self._machine.note_cause(error)
-        self._machine.fire("session_lost")
+        self._machine.fire(Trigger.SESSION_LOST)
         await self._escalate(f"media recovery failed ({error.code})")
 
     async def quality_loop(self, interval: float) -> None:

@@ -25,9 +25,12 @@ from ..errors import AvatarError, Category, ErrorCode
 from ..logs import sdk_logger
 from ..transport.netchange import stranded
 from ..wire.disconnect import TRANSPORT_ERROR
+from .capacity import capacity_delay
+from .clock_jump import ClockJumpDetector
+from .decisions import decide_connect_failure
 from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
-from .machine import ClockJumpDetector, SessionMachine, capacity_delay, decide_connect_failure
+from .machine import SessionMachine, Trigger
 from .media_recovery import MediaTier
 from .retry_budget import ColdStreak, socket_tier_delay
 from .slot import LinkSlot, Outcome
@@ -112,7 +115,9 @@ class RecoveryController:
         self._machine.note_cause(error)
 
     # -- admission: the first connect, queued while there is no capacity ------------------
-    async def admit(self, advance: Callable[[str], None], retry: RetryPolicy | None = None) -> None:
+    async def admit(
+        self, advance: Callable[[Trigger], None], retry: RetryPolicy | None = None
+    ) -> None:
         """The first connect: :meth:`_admit_once`, and with a ``retry`` policy, again after
         a failed attempt whose error is retryable (``connect(retry=...)``).
 
@@ -160,7 +165,7 @@ class RecoveryController:
             m.set(backing_off=True)
             await clock.sleep(seconds)
             m.set(backing_off=False)
-            m.fire("connect_retry")
+            m.fire(Trigger.CONNECT_RETRY)
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(retry.max_attempts),
@@ -174,7 +179,7 @@ class RecoveryController:
             with attempt:
                 await self._admit_once(advance)
 
-    async def _admit_once(self, advance: Callable[[str], None]) -> None:
+    async def _admit_once(self, advance: Callable[[Trigger], None]) -> None:
         """One connect attempt, waiting in ``queued`` while the backend has no capacity
         (``throwToNoAgent``); the whole wait is bounded by ``capacity_max_wait``. Each
         capacity attempt is a new link; ``advance`` moves the machine through the steps."""
@@ -187,7 +192,7 @@ class RecoveryController:
 
         async def queue(state: RetryCallState) -> None:
             await self._release_link()
-            m.fire("capacity_unavailable")
+            m.fire(Trigger.CAPACITY_UNAVAILABLE)
             m.note_cause("capacity_unavailable", Category.CAPACITY)
             self._emit(
                 "queued", {"attempt": state.attempt_number, "retry_in": state.upcoming_sleep}
@@ -197,11 +202,11 @@ class RecoveryController:
             m.set(backing_off=True)
             await clock.sleep(seconds)
             m.set(backing_off=False)
-            m.fire("retry")
+            m.fire(Trigger.RETRY)
 
         def capacity(exc: BaseException) -> bool:
             return isinstance(exc, AvatarError) and (
-                decide_connect_failure(exc.code) == "capacity_unavailable"
+                decide_connect_failure(exc.code) is Trigger.CAPACITY_UNAVAILABLE
             )
 
         retrying = AsyncRetrying(
@@ -224,7 +229,7 @@ class RecoveryController:
                 ) from None
             raise
 
-    async def _join_new_link(self, deadline: Deadline, advance: Callable[[str], None]) -> None:
+    async def _join_new_link(self, deadline: Deadline, advance: Callable[[Trigger], None]) -> None:
         link = self._builder.create()
         self._slot.install(link)
         await self._builder.join(
@@ -244,7 +249,7 @@ class RecoveryController:
     async def recover_socket(self, link: ServerLink, reason: str) -> Outcome | None:
         """A recoverable drop of ``link``: restore it in place, or go cold. None if the
         machine refused (the session is ending, or already recovering)."""
-        if not self._machine.try_fire("transport_lost"):
+        if not self._machine.try_fire(Trigger.TRANSPORT_LOST):
             return None
         cfg = self._config
         clock = self._clock
@@ -276,11 +281,11 @@ class RecoveryController:
             await self._on_outcome(outcome)
             return outcome
         except (_Escalate, _TryAgain):
-            if not self._machine.try_fire("recovery_failed"):
+            if not self._machine.try_fire(Trigger.RECOVERY_FAILED):
                 return None
             return await self.recover_cold(f"socket recovery failed ({reason})")
         duration = clock.monotonic() - started
-        if not self._machine.try_fire("recovered"):
+        if not self._machine.try_fire(Trigger.RECOVERED):
             return None  # the session ended meanwhile: nothing to report
         self._streak.restored(clock.monotonic())
         self._record("socket", duration)
@@ -376,7 +381,7 @@ class RecoveryController:
             await self._on_outcome(outcome)
             return outcome
         duration = clock.monotonic() - started
-        if not self._machine.try_fire("cold_reconnected"):
+        if not self._machine.try_fire(Trigger.COLD_RECONNECTED):
             # The session ended meanwhile: no event for a transition that did not happen.
             return Outcome("cold", False, error=AvatarError(ErrorCode.CLOSED, "ended"))
         streak.succeeded(clock.monotonic())

@@ -41,7 +41,7 @@ from ..transport.stv import FanoutTrack
 from ..wire import In, InboundEvent, TimeWarning
 from .handshake import Deadline
 from .link import LinkBuilder, LinkListener, ServerLink
-from .machine import SessionMachine
+from .machine import SessionMachine, Trigger
 from .renewal_plan import Boundary, TimeLeft, renewal_due, swap_deadline
 from .slot import LinkSlot
 from .stats import SessionStats
@@ -304,7 +304,7 @@ class RenewalController:
             cap=self.time.known_cap,
         )
         cut = not await self._until_boundary(None, deadline)
-        if not m.try_fire("renew_break"):
+        if not m.try_fire(Trigger.RENEW_BREAK):
             log.info("break-before-make renewal not started in %s", m.state)
             return
         old = self._slot.current
@@ -334,12 +334,12 @@ class RenewalController:
         except (AvatarError, _Refused) as error:
             code = error.code if isinstance(error, AvatarError) else "refused"
             log.warning("break-before-make renewal failed (%s); the cold tier takes over", code)
-            if m.try_fire("renewal_failed"):
+            if m.try_fire(Trigger.RENEWAL_FAILED):
                 await self._parts.recover_cold("renewal failed")
             return
         assert prepared is not None
         self._swap(prepared, None)
-        if not m.try_fire("renewed"):
+        if not m.try_fire(Trigger.RENEWED):
             return  # the session ended meanwhile: its endings close the slot
         self._spawn(self._parts.deliver(cut), "turn-delivery")
         await self._renewed("break_before_make", prepared.link, last_frame, cut, abandoned)

@@ -33,6 +33,7 @@ from ..wire import (
 )
 from .asr import AsrUplink, UplinkTrack
 from .cadence import ReportCadence
+from .channel_down import ChannelDown, DownKind, downlink_down, peer_down
 from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
 from .observe import WireObserver, notify
@@ -270,22 +271,18 @@ class MediaLanes:
 
     def down_channels(
         self, now: float, stall_timeout: float, watching_since: float | None = None
-    ) -> dict[str, str]:
-        """Channels that are dead now, with the reason (empty when all is well).
+    ) -> dict[str, ChannelDown]:
+        """Channels that are dead now, with the verdict (empty when all is well).
 
         The uplink is judged by its state, by ICE consent from its first moment (its path
         stops answering: :mod:`.consent`) and, once the server has reported twice, by its
-        receiver reports against their cadence (:mod:`.cadence`).
+        receiver reports against their cadence (:mod:`.cadence`); the downlink by its state
+        and its silence (:func:`.channel_down.downlink_down`).
 
         Silence is only counted from ``watching_since`` (when the session last became
         usable), never from before it: time spent connecting or recovering is not a stall.
         """
-        down: dict[str, str] = {}
-
-        def age(*marks: float | None) -> float | None:
-            known = [m for m in (*marks, watching_since) if m is not None]
-            return now - max(known) if known else None
-
+        down: dict[str, ChannelDown] = {}
         asr = self.asr
         if asr is not None:
             state = asr.pc.connectionState
@@ -293,31 +290,37 @@ class MediaLanes:
             cadence.floor = stall_timeout
             consent = asr.consent
             consent.deadline = stall_timeout
-            if state in ("failed", "closed"):
-                down["asr"] = f"asr peer {state}"
+            dead = peer_down("asr", state)
+            if dead is not None:
+                down["asr"] = dead
             elif state == "connected" and consent.is_overdue(now, since=watching_since):
                 # From the peer's first moment, whether or not the server reports at all.
                 quiet = consent.silence(now, since=watching_since) or 0.0
-                down["asr"] = (
-                    f"no ICE consent answer for {quiet:.1f}s (deadline {consent.deadline:.1f}s)"
+                down["asr"] = ChannelDown(
+                    DownKind.NO_CONSENT,
+                    f"no ICE consent answer for {quiet:.1f}s (deadline {consent.deadline:.1f}s)",
                 )
             elif state == "connected" and cadence.is_overdue(now, since=watching_since):
                 # The path answers but the server's reports stopped (RTP lost on the way).
                 quiet = cadence.silence(now, since=watching_since) or 0.0
-                down["asr"] = (
+                down["asr"] = ChannelDown(
+                    DownKind.NO_RECEIVER_REPORT,
                     f"no receiver report for {quiet:.1f}s "
-                    f"(deadline {cadence.deadline() or 0.0:.1f}s)"
+                    f"(deadline {cadence.deadline() or 0.0:.1f}s)",
                 )
         stv = self.stv
         if stv is not None:
-            state = stv.pc.connectionState
-            if state in ("failed", "closed"):
-                down["stv"] = f"stv peer {state}"
-            else:
-                # A downlink that never delivered a frame counts from its subscription.
-                silent = age(stv.last_media_at or stv.subscribed_at)
-                if silent is not None and silent > stall_timeout:
-                    down["stv"] = f"no media for {silent:.1f}s"
+            # A downlink that never delivered a frame counts from its subscription.
+            verdict = downlink_down(
+                stv.pc.connectionState,
+                now,
+                stall_timeout,
+                last_media_at=stv.last_media_at,
+                subscribed_at=stv.subscribed_at,
+                watching_since=watching_since,
+            )
+            if verdict is not None:
+                down["stv"] = verdict
         return down
 
     async def judge_video(self, now: float, watching_since: float | None) -> str | None:

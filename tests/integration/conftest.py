@@ -13,6 +13,7 @@ from avatar_sdk.testing.leaks import (
     LeakCheck,
     sdk_tasks,  # noqa: F401 (re-exported: tests import it here)
 )
+from avatar_sdk.transport.channel_down import ChannelDown
 from avatar_sdk.transport.media import MediaLanes
 from avatar_sdk.transport.stv import StvDownlink
 
@@ -75,7 +76,7 @@ class Verdict:
     asked about, and what it found dead (empty: all well)."""
 
     watched_for: float
-    down: dict[str, str]
+    down: dict[str, ChannelDown]
 
 
 def spy_on_media_watchdog(lanes: MediaLanes) -> list[Verdict]:
@@ -86,7 +87,7 @@ def spy_on_media_watchdog(lanes: MediaLanes) -> list[Verdict]:
     verdicts: list[Verdict] = []
     judge = lanes.down_channels
 
-    def spy(now: float, stall: float, since: float | None = None) -> dict[str, str]:
+    def spy(now: float, stall: float, since: float | None = None) -> dict[str, ChannelDown]:
         down = judge(now, stall, since)
         watched = now - since if since is not None else 0.0
         verdicts.append(Verdict(watched, dict(down)))

@@ -11,6 +11,7 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
+from avatar_sdk.transport.channel_down import ChannelDown
 
 from .conftest import FAST, spy_on_media_watchdog, until
 
@@ -444,7 +445,7 @@ async def test_a_dying_watchdog_fails_the_session_loudly(
     lanes = session.media
     assert lanes is not None
 
-    def broken(*args: object, **kwargs: object) -> dict[str, str]:
+    def broken(*args: object, **kwargs: object) -> dict[str, ChannelDown]:
         raise RuntimeError("a bug in the watchdog's arithmetic")
 
     ended = session.expect("ended", timeout=5)

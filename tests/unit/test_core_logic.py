@@ -12,15 +12,14 @@ from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE
 from avatar_sdk.events.bus import EventBus, EventStream
 from avatar_sdk.redact import RedactingFilter, redact, register_secret
+from avatar_sdk.session.capacity import capacity_delay
+from avatar_sdk.session.clock_jump import ClockJumpDetector
+from avatar_sdk.session.decisions import decide_connect_failure, decide_disconnect
+from avatar_sdk.session.diagram import mermaid
 from avatar_sdk.session.machine import (
     STEP_TIMEOUTS,
-    ClockJumpDetector,
     InvalidTransition,
     SessionMachine,
-    capacity_delay,
-    decide_connect_failure,
-    decide_disconnect,
-    mermaid,
     step_timeout,
 )
 

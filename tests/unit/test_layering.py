@@ -45,6 +45,11 @@ LAYERS: dict[str, int] = {
 PURE = [
     "avatar_sdk.wire",
     "avatar_sdk.session.machine",
+    "avatar_sdk.session.health",
+    "avatar_sdk.session.clock_jump",
+    "avatar_sdk.session.capacity",
+    "avatar_sdk.session.decisions",
+    "avatar_sdk.session.diagram",
     "avatar_sdk.session.router",
     "avatar_sdk.session.turns",
     "avatar_sdk.session.replies",
@@ -58,8 +63,11 @@ PURE = [
     "avatar_sdk.tools.pending",
     "avatar_sdk.transport.cadence",
     "avatar_sdk.transport.video_stall",
+    "avatar_sdk.transport.channel_down",
     "avatar_sdk.transport.netchange",
     "avatar_sdk.scripted.protocol",
+    "avatar_sdk.scripted.states",
+    "avatar_sdk.scripted.config",
 ]
 FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")
 #: At run time ``asyncio`` and ``socket`` are loaded by the state-machine library itself

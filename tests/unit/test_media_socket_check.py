@@ -12,8 +12,9 @@ import pytest
 
 from avatar_sdk import SessionConfig
 from avatar_sdk.clock import FakeClock
+from avatar_sdk.session.decisions import decide_media_down
 from avatar_sdk.session.link import ServerLink
-from avatar_sdk.session.machine import SessionMachine, decide_media_down
+from avatar_sdk.session.machine import SessionMachine
 from avatar_sdk.session.recovery import RecoveryController
 from avatar_sdk.session.slot import LinkSlot
 from avatar_sdk.session.stats import SessionStats

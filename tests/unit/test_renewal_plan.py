@@ -170,7 +170,8 @@ def test_the_session_config_fields() -> None:
 
 
 def test_the_machine_declares_the_renewing_state_and_draws_it() -> None:
-    from avatar_sdk.session.machine import SessionMachine, mermaid  # noqa: PLC0415
+    from avatar_sdk.session.diagram import mermaid  # noqa: PLC0415
+    from avatar_sdk.session.machine import SessionMachine  # noqa: PLC0415
 
     m = SessionMachine(strict=True)
     for step in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):

@@ -23,6 +23,7 @@ from avatar_sdk.scripted.protocol import (
     parse_init_client,
     session_path,
 )
+from avatar_sdk.scripted.states import ScriptedState, ScriptedStates
 
 
 def jwt(claims: dict[str, Any]) -> str:
@@ -226,7 +227,7 @@ async def stub_session(
 
     session._post = fake_post  # type: ignore[method-assign]
     session._created = Created("s1", "session-token-abc", exp)
-    session._state = "live"
+    session._states = ScriptedStates(ScriptedState.LIVE)
     return session, stub
 
 
