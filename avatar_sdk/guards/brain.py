@@ -19,7 +19,7 @@ from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..taps import NO_TAPS, Point, Taps
+from ..observe import NO_OBSERVERS, Observers, Point
 from ..wire import (
     AgentEndTurn,
     AgentInterrupted,
@@ -101,10 +101,10 @@ class ConversationGuards:
         *,
         hard_tier: bool = True,
         clock: Clock = SYSTEM_CLOCK,
-        taps: Taps = NO_TAPS,
+        observers: Observers = NO_OBSERVERS,
     ) -> None:
         self._emit = emit
-        self._taps = taps
+        self._observers = observers
         self._clock = clock
         self.config = config
         hard = config.effective_hard_tool_spiral_limit if hard_tier else 0
@@ -254,8 +254,8 @@ class ConversationGuards:
         waits = bool(call.wait_for_response and call.call_id)
         if waits and call.call_id:
             self.acks.add(call.call_id, call.name, self._clock.monotonic())
-        if self._taps:
-            self._taps.emit(
+        if self._observers:
+            self._observers.point(
                 Point.TOOL_DISPATCHED, {"name": call.name, "call_id": call.call_id, "waits": waits}
             )
         entries = self._handlers.get(call.name, [])
@@ -310,8 +310,8 @@ class ConversationGuards:
             outcome = {"ok": False, "reason": "cancelled"}
             raise
         finally:
-            if self._taps:
-                self._taps.emit(
+            if self._observers:
+                self._observers.point(
                     Point.TOOL_ACKED,
                     {
                         "call_id": call_id,

@@ -27,14 +27,13 @@ from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
+from ..observe import Instrumentation, Observer, Observers
 from ..redact import register_secret
-from ..taps import Instrumentation, Point, Taps
 from ..transport.asr import UplinkTrack
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
 from ..transport.netchange import brings_a_path
 from ..transport.netwatch import NetworkWatcher
-from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
 from ..transport.tls import client_context
 from ..urls import check_url
@@ -93,7 +92,7 @@ class AvatarSession(EventSource):
         telemetry: Instrumentation | None = None,
         record: str | os.PathLike[str] | None = None,
         record_content: bool = False,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
@@ -132,8 +131,11 @@ class AvatarSession(EventSource):
         :param record_content: keep the user's text in the cassette (default False: each
             user text is replaced by a stable placeholder, as the GenAI conventions' content
             capture is off by default).
-        :param observer: a ``WireObserver`` told the same facts a cassette records (for
-            telemetry; ``avatar_sdk.transport.observe``).
+        :param observer: an ``avatar_sdk.observe.Observer`` of your own, told every fact the
+            session's observers are: each event in and out, socket, HTTP exchange and media
+            state (what a cassette records), the application's calls, and the session
+            points telemetry reads. Beside ``record`` and ``telemetry``, never instead; what
+            it raises is logged, never reaches the session.
         :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
             for an http URL without the opt-in.
         """
@@ -156,7 +158,6 @@ class AvatarSession(EventSource):
         self.config = cfg = config or SessionConfig()
         self._media = bool(media)
         self._sticky_id = new_sticky_id()
-        self._taps = Taps(_describe(self._url, media=self._media, video=bool(video)))
         self._machine = machine = SessionMachine(on_change=self._on_state_change)
         # Its failure handler is the endings' (set once they exist, below).
         self._supervisor = Supervisor()
@@ -188,7 +189,9 @@ class AvatarSession(EventSource):
                 raise AvatarError(
                     ErrorCode.INVALID_ARGUMENT, f"record: cannot write {record} ({exc.strerror})"
                 ) from None
-        self._observer: WireObserver | None = _one_observer(self._cassette, observer)
+        # The one fan-out every part and channel reports to (telemetry adds itself to it).
+        info = _describe(self._url, media=self._media, video=bool(video))
+        self._observers = Observers([self._cassette, observer], info=info)
         spec = MediaSpec(
             self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
         )
@@ -202,9 +205,11 @@ class AvatarSession(EventSource):
             counters=self._stats,
             clock=self._clock,
             ssl_context=tls,
-            observer=self._observer,
+            observer=self._observers,
         )
-        self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock, taps=self._taps)
+        self._guards = ConversationGuards(
+            cfg, self._bus.emit, clock=self._clock, observers=self._observers
+        )
         self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
         self._genie_host = GenieHost(
             self._url,
@@ -212,7 +217,7 @@ class AvatarSession(EventSource):
             token=token,
             ssl_context=tls,
             allow_insecure=insecure,
-            observer=self._observer,
+            observer=self._observers,
         )
         self._genie = self._genie_host.client
         self._completion = CompletionSignal(
@@ -228,7 +233,7 @@ class AvatarSession(EventSource):
         self._desk = TurnDesk(
             config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
             guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
-            taps=self._taps,
+            observers=self._observers,
         )  # fmt: skip
         self._replies = Replies(
             clock=self._clock, on=self._bus.on, audio=self._outputs["audio"] if media else None
@@ -282,7 +287,7 @@ class AvatarSession(EventSource):
         # Weakly: what test tooling asks to find a session left open (lifecycle/registry.py).
         LIVE_SESSIONS.add(self, backend=self._url)
         if telemetry is not None:
-            telemetry.attach(self)  # a subscriber of the bus and the taps; nothing else
+            telemetry.attach(self)  # a subscriber of the bus and an observer; nothing else
 
     # -- introspection --------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -306,10 +311,10 @@ class AvatarSession(EventSource):
         return self._sticky_id
 
     @property
-    def taps(self) -> Taps:
-        """The session's internal observation points, for instrumentations
-        (``avatar_sdk.taps``; not a stable API)."""
-        return self._taps
+    def taps(self) -> Observers:
+        """The session's observers, which instrumentations add themselves to
+        (``avatar_sdk.observe``; not a stable API)."""
+        return self._observers
 
     @property
     def avatar_audio(self) -> FanoutTrack | None:
@@ -535,7 +540,7 @@ class AvatarSession(EventSource):
         self._idle.start()
         if cfg.brain_stall_timeout > 0:
             spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
-        if self._observer is not None and self._media:
+        if self._observers and self._media:
             spawn(self._media_samples(), "media-samples")
 
     async def _media_samples(self) -> None:
@@ -552,11 +557,11 @@ class AvatarSession(EventSource):
             self._sample(counts)
 
     def _sample(self, counts: dict[str, int]) -> None:
-        notify(self._observer, lambda o: o.media_sample(counts))
+        self._observers.media_sample(counts)
 
     def _call(self, name: str, **args: Any) -> None:
-        if self._observer is not None:
-            notify(self._observer, lambda o: o.session_call(name, args))
+        if self._observers:
+            self._observers.session_call(name, args)
 
     # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
@@ -713,8 +718,6 @@ class AvatarSession(EventSource):
         self._call("interrupt")
         self._replies.note_user("interrupt")
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
-        if self._taps:
-            self._taps.emit(Point.INTERRUPT_SENT, {})
 
     @property
     def mic_enabled(self) -> bool:
@@ -792,11 +795,3 @@ def _describe(url: str, *, media: bool, video: bool) -> dict[str, Any]:
     port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
     mode = "control" if not media else "audio_video" if video else "audio"
     return {"server_address": parts.hostname or "", "server_port": port, "media": mode}
-
-
-def _one_observer(*observers: WireObserver | None) -> WireObserver | None:
-    """The observers given, as one (None when there is none: the channels then pay nothing)."""
-    present = [o for o in observers if o is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-    return FanoutObserver(present)

@@ -20,11 +20,11 @@ from ..clock import Clock
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..observe import Observer
 from ..transport.asr import UplinkTrack
 from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
-from ..transport.observe import WireObserver
 from ..transport.stv import FanoutTrack
 from ..wire import (
     AvailabilityResult,
@@ -208,10 +208,10 @@ class LinkBuilder:
         clock: Clock,
         listener: LinkListener | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._url = url
-        #: Told what every link's channels say and hear (``transport.observe``); links are
+        #: Told what every link's channels say and hear (``avatar_sdk.observe``); links are
         #: numbered in the order they are created.
         self._observer = observer
         self._links_made = 0
