@@ -47,6 +47,7 @@ from .handshake import (
     run_handshake,
     wait_step,
 )
+from .ports import Late
 from .router import FATAL_EVENTS, HANDSHAKE_EVENTS
 
 log = sdk_logger(__name__)
@@ -206,7 +207,7 @@ class LinkBuilder:
         media: MediaSpec | None,
         counters: WireCounters,
         clock: Clock,
-        listener: LinkListener | None = None,
+        listener: Late[LinkListener],
         ssl_context: ssl.SSLContext | None = None,
         observer: Observer | None = None,
     ) -> None:
@@ -224,16 +225,19 @@ class LinkBuilder:
         #: TLS trust of every connection (socket and WHEP); None: the system CAs.
         self._ssl = ssl_context
         self._clock = clock
-        #: Where links report; set before the first ``create()``.
-        self.listener = listener
+        #: Where links report (the session's inbound handler, which exists only later).
+        self._listener = listener
+
+    @property
+    def listener(self) -> LinkListener:
+        """Where the session's links report."""
+        return self._listener()
 
     def create(self, listener: LinkListener | None = None) -> ServerLink:
         """A new, unopened link (no I/O): the session adopts it before any event arrives.
         ``listener``: where it reports (default: the session's, :attr:`listener`); a
         renewal prepares its link with its own and hands it over at the swap."""
         listener = listener or self.listener
-        if listener is None:
-            raise RuntimeError("LinkBuilder.listener must be set before create()")
         link: ServerLink
 
         def heard() -> LinkListener:
