@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from avatar_sdk import AvatarSession
+from avatar_sdk.observe import Point
 from avatar_sdk.session.conversation import ConversationView
-from avatar_sdk.taps import Point
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import In, parse_event
 
@@ -155,8 +155,8 @@ async def _pure() -> dict[str, list[float]]:
             for name in rates
         }  # fmt: skip
         for session in sessions.values():  # a turn open, as in the middle of an answer
-            session.taps.emit(Point.TURN_REQUESTED, {"text": "what is the weather like"})
-            session.taps.emit(
+            session.taps.point(Point.TURN_REQUESTED, {"text": "what is the weather like"})
+            session.taps.point(
                 Point.TURN_SENT, {"text": "what is the weather like", "resent": False}
             )
         payloads = make_payloads(PURE_EVENTS)

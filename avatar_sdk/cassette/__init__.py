@@ -1,7 +1,8 @@
 """Cassettes: a session's wire, recorded (``AvatarSession(record=PATH)``) and read back.
 
-:mod:`.format` is the file format and its reader (pure), :mod:`.recorder` the writer the
-session taps its channels with, :mod:`.golden` the golden capture turned into a cassette.
+:mod:`.format` is the file format and its reader (pure), :mod:`.recorder` the writer, one
+of the session's observers (:mod:`avatar_sdk.observe`), :mod:`.golden` the golden capture
+turned into a cassette.
 Replaying one against the staging backend is :mod:`avatar_sdk.testing.replay`.
 """
 

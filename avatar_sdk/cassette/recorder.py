@@ -1,7 +1,7 @@
 """CassetteRecorder: writes what a session says and hears to a cassette file.
 
-It is a :class:`~avatar_sdk.transport.observe.WireObserver`: the session hands it to its
-channels, which tell it every event in and out, every socket open and close, every HTTP
+It is an :class:`~avatar_sdk.observe.Observer`: the session adds it to its observers,
+which its channels tell every event in and out, every socket open and close, every HTTP
 exchange and media state change. Each record is built (and scrubbed) on the event loop in
 the order things happened, and written by the journal's writer thread, line by line and
 flushed: a process that dies leaves a readable prefix (see :func:`.format.load`). The
@@ -23,8 +23,8 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..config import SessionConfig
 from ..events.line_writer import LineWriter
 from ..logs import sdk_logger
+from ..observe import HttpExchange, Observer
 from ..redact import scrub
-from ..transport.observe import HttpExchange, WireObserver
 from ..wire.names import Out
 from .format import FORMAT_VERSION, HEADER_KIND, ContentRedactor, config_to_dict
 
@@ -42,7 +42,7 @@ TOOL_RESPONSE_SUFFIX: Final = "/assistant/tool_response"
 USER_TEXT_EVENTS: Final = frozenset({Out.TEXT_ENTERED, Out.DEBUG_TEXT_ENTERED})
 
 
-class CassetteRecorder(WireObserver):
+class CassetteRecorder(Observer):
     """Records one session to ``path`` (created or truncated at once: a bad path fails
     here, in the constructor, with ``OSError``)."""
 

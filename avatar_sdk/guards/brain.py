@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
-from ..taps import NO_TAPS, Taps
+from ..observe import NO_OBSERVERS, Observers
 from ..tools.acks import ToolAckSender, ToolResponder
 from ..tools.dispatch import Emit, ToolDispatcher, ToolHandler
 from ..tools.pending import PendingAcks
@@ -61,7 +61,7 @@ class ConversationGuards:
         *,
         hard_tier: bool = True,
         clock: Clock = SYSTEM_CLOCK,
-        taps: Taps = NO_TAPS,
+        observers: Observers = NO_OBSERVERS,
     ) -> None:
         self._emit = emit
         self._clock = clock
@@ -72,8 +72,8 @@ class ConversationGuards:
         self.pending = PendingResponse()
         self.tracker = ToolTracker()
         self.acks = PendingAcks()
-        self.tools = ToolDispatcher(emit, self.acks, clock=clock, taps=taps)
-        self._responder = ToolResponder(self.acks, clock=clock, taps=taps)
+        self.tools = ToolDispatcher(emit, self.acks, clock=clock, observers=observers)
+        self._responder = ToolResponder(self.acks, clock=clock, observers=observers)
         self.last_turn_text: str | None = None
         self._changed = asyncio.Event()
 

@@ -34,7 +34,7 @@ import asyncio
 import copy
 import inspect
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ..besteffort import best_effort
 from ..clock import SYSTEM_CLOCK, Clock, Timer
@@ -83,10 +83,18 @@ def _detached(genie: GenieClient) -> GenieClient:
     return clone
 
 
+class GenieSource(Protocol):
+    """Who knows the genie client of the moment (a session learns its host at connect)."""
+
+    @property
+    def client(self) -> GenieClient | None: ...
+
+
 class CompletionSignal:
     """One session's ``session_completed`` signal.
 
-    ``genie``: where to POST (None: ``no_genie``). ``timeout``: the POST's own deadline
+    ``genie``: where to POST (None: ``no_genie``); or ``source``: who knows it when it is
+    learned later (a session's genie host, read at each POST). ``timeout``: the POST's own deadline
     (``SessionConfig.session_complete_timeout``). ``leases``: the holder registry (default
     :func:`default_leases`). ``enabled=False``: never POSTs, holds no lease (outcome
     ``disabled``). ``thread_id``: a thread known from the start (it counts as known; the
@@ -108,10 +116,12 @@ class CompletionSignal:
         leases: ThreadLeases | None = None,
         enabled: bool = True,
         thread_id: str | None = None,
+        source: GenieSource | None = None,
     ) -> None:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise ValueError("thread_id must be a non-empty string")
-        self.genie = genie
+        self._genie = genie
+        self._source = source
         self.timeout = max(0.0, float(timeout))
         self.enabled = enabled
         self._lease = (leases or default_leases()).holder()
@@ -122,6 +132,15 @@ class CompletionSignal:
         self._inflight: asyncio.Future[dict[str, Any]] | None = None
         self._last: dict[str, Any] | None = None
         self.posts = 0
+
+    @property
+    def genie(self) -> GenieClient | None:
+        """Where the signal is POSTed now (None: ``no_genie``)."""
+        return self._source.client if self._source is not None else self._genie
+
+    @genie.setter
+    def genie(self, client: GenieClient | None) -> None:
+        self._genie = client
 
     def __repr__(self) -> str:
         return f"<CompletionSignal thread={self._thread_id!r} state={self._state}>"

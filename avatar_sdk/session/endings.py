@@ -21,11 +21,13 @@ from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
-from ..transport.genie import GenieClient
 from ..transport.stv import FanoutTrack
+from .genie_host import GenieHost
 from .machine import SessionMachine, Trigger
 from .slot import LinkSlot, Outcome
+from .speech import Replies
 from .supervisor import Supervisor
+from .turn_sender import TurnDesk
 
 log = sdk_logger("avatar_sdk.session")
 
@@ -54,14 +56,17 @@ class Endings:
     slot: LinkSlot
     supervisor: Supervisor
     guards: ConversationGuards
-    genie: GenieClient | None
+    #: The genie client of the moment (its host may be learned at connect).
+    genie: GenieHost
     completion: CompletionSignal
     idle: IdleTimer
     journal: Journal | None
     outputs: dict[str, FanoutTrack]
     uplink_track: UplinkTrack
-    fail_waiters: Callable[[AvatarError], None]
-    deliver_after_recovery: Callable[[str], Coroutine[Any, Any, None]]
+    #: Turns held or unconfirmed: delivered after a recovery, failed at the end.
+    desk: TurnDesk
+    #: Speech handles and asks: failed at the end.
+    replies: Replies
     unregister_signals: Callable[[], None] | None = None
     #: Set once the session is terminal and its ``ended`` event is out: what a ``close()``
     #: that comes while an end is already under way waits for.
@@ -89,7 +94,7 @@ class Endings:
             return
         if outcome.tier == "cold":
             self.guards.on_rebuilt()
-        self.supervisor.spawn(self.deliver_after_recovery(outcome.tier), "turn-delivery")
+        self.supervisor.spawn(self.desk.after_recovery(outcome.tier), "turn-delivery")
 
     async def end(self, reason: str, code: ErrorCode | None) -> None:
         """Graceful end: ``disconnecting`` → teardown → ``ended``."""
@@ -188,13 +193,16 @@ class Endings:
         if self.unregister_signals is not None:
             self.unregister_signals()
             self.unregister_signals = None
-        if self.genie is not None:
-            await self.genie.close()
+        genie = self.genie.client
+        if genie is not None:
+            await genie.close()
 
     async def _teardown(self, error: AvatarError) -> None:
         """Release every task, socket and waiter this session owns (bounded)."""
         timeout = self.config.close_timeout
-        self.fail_waiters(error)
+        # The session ends: held turns, speech handles and asks fail with ``error``.
+        self.desk.fail_held(error)
+        self.replies.fail_all(error)
         pending = self.supervisor.cancel_all(spare=asyncio.current_task())
         if pending:
             # Let the cancelled tasks leave the link first (a recovery mid-request must not

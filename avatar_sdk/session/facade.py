@@ -1,61 +1,40 @@
 """AvatarSession: the public facade of one live avatar conversation.
 
-The facade owns the machine (the only state), the event bus, the link of the moment, one
-supervisor in which every task lives, and the parts it composes, none of which calls back
-into it: the link builder (connect sequence), the recovery controller (three tiers and
-their watchdogs), the inbound handler (over the pure router), the turn desk (turns until
-confirmed), the guards, lifecycle and endings. ``docs/architecture.md`` draws who owns what.
-"""
+The facade holds the public verbs, the event bus and the parts of the session, which
+``session/assemble.py`` builds once from the checked arguments (``session/spec.py``) and
+none of which calls back into it: the machine (the only state), one supervisor in which
+every task lives, the link builder (connect sequence), the recovery controller (three
+tiers and their watchdogs), the inbound handler (over the pure router), the turn desk
+(turns until confirmed), the guards, lifecycle, renewal and endings, and the one fan-out
+of observers (``avatar_sdk.observe``). ``docs/architecture.md`` draws who owns what."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
 from ssl import SSLContext
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..cassette.recorder import CassetteRecorder
-from ..clock import SYSTEM_CLOCK, Clock, sleep_or
-from ..config import AUDIO_CODECS, DEFAULT_AUDIO_CODEC, AudioCodec, RetryPolicy, SessionConfig
+from ..clock import Clock
+from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..events.bus import EventSource
-from ..events.journal import Journal
-from ..guards.brain import ConversationGuards
-from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
-from ..redact import register_secret
-from ..taps import Instrumentation, Point, Taps
-from ..transport.asr import UplinkTrack
+from ..observe import Instrumentation, Observer, Observers
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
-from ..transport.netchange import brings_a_path
 from ..transport.netwatch import NetworkWatcher
-from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
-from ..transport.tls import client_context
-from ..urls import check_url
-from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
-from .conversation import ConversationView
-from .endings import Endings
-from .genie_host import GenieHost
+from ..wire import Out, build_barge_in_marker, build_empty
+from .assemble import assemble
 from .health import Health
-from .inbound import InboundHandler
-from .link import LinkBuilder, LinkListener, MediaSpec
-from .machine import SessionMachine, Trigger
-from .recovery import RecoveryController
-from .renewal import RenewalController, RenewalParts
-from .renewal_plan import Boundary
+from .machine import Trigger
 from .replies import Reply
-from .slot import LinkSlot
-from .speech import Replies, SpeechHandle
-from .stats import SessionStats, StatsSnapshot
-from .supervisor import Supervisor
-from .turn_sender import TurnDesk
-from .user_state import UserState
+from .spec import SessionSpec
+from .speech import SpeechHandle
+from .stats import StatsSnapshot
 
 log = sdk_logger(__name__)
 
@@ -68,9 +47,6 @@ _NO_BOUND = 1e9
 
 class AvatarSession(EventSource):
     """One live conversation with an avatar. See ``docs/`` for the full guide."""
-
-    #: The host network watcher (``SessionConfig.watch_network``), once connected.
-    network_watcher: NetworkWatcher | None = None
 
     def __init__(
         self,
@@ -94,7 +70,7 @@ class AvatarSession(EventSource):
         telemetry: Instrumentation | None = None,
         record: str | os.PathLike[str] | None = None,
         record_content: bool = False,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """Prepare a session; nothing is opened until ``connect()`` (or ``async with``).
 
@@ -133,157 +109,33 @@ class AvatarSession(EventSource):
         :param record_content: keep the user's text in the cassette (default False: each
             user text is replaced by a stable placeholder, as the GenAI conventions' content
             capture is off by default).
-        :param observer: a ``WireObserver`` told the same facts a cassette records (for
-            telemetry; ``avatar_sdk.transport.observe``).
+        :param observer: an ``avatar_sdk.observe.Observer`` of your own, told every fact the
+            session's observers are: each event in and out, socket, HTTP exchange and media
+            state (what a cassette records), the application's calls, and the session
+            points telemetry reads. Beside ``record`` and ``telemetry``, never instead; what
+            it raises is logged, never reaches the session.
         :raises AvatarError: ``invalid_argument`` for a bad argument, ``insecure_transport``
             for an http URL without the opt-in.
         """
-        if not isinstance(token, str) or not token.strip():
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "token must be a non-empty string")
-        register_secret(token)
-        insecure = allow_insecure_transport
-        self._url = check_url(url, allow_insecure=insecure, what="url", kind="socket")
-        tls = client_context(ssl, ca_file, allow_insecure=insecure)
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
-            raise AvatarError(ErrorCode.INVALID_ARGUMENT, "thread_id must be a non-empty string")
-        self._clock = clock or SYSTEM_CLOCK
-        super().__init__(clock=self._clock)
-        if config is not None and not isinstance(config, SessionConfig):
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"config must be a SessionConfig, not {type(config).__name__}"
-                " (build one: SessionConfig(**fields))",
-            )
-        self.config = cfg = config or SessionConfig()
-        self._media = bool(media)
-        self._sticky_id = new_sticky_id()
-        self._taps = Taps(_describe(self._url, media=self._media, video=bool(video)))
-        self._machine = machine = SessionMachine(on_change=self._on_state_change)
-        # Its failure handler is the endings' (set once they exist, below).
-        self._supervisor = Supervisor()
-        self._slot = LinkSlot(self._supervisor)
-        self._view = ConversationView(thread_id=thread_id)
-        self._connect_task: asyncio.Task[Any] | None = None
-        self._close_requested = False
-        self._stats = SessionStats()
-        # events() buffers: their default bound (their drops: the bus counts them).
-        self._bus.configure(queue_size=cfg.event_queue_size)
-        if audio_codec not in AUDIO_CODECS:
-            raise AvatarError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"audio_codec must be one of {', '.join(map(repr, AUDIO_CODECS))}",
-            )
-        self._uplink_track = UplinkTrack(audio, on_error=self._on_source_error)
-        self._outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
-        if video:
-            self._outputs["video"] = FanoutTrack("video")
-        self._cassette: CassetteRecorder | None = None
-        if record is not None:
-            try:
-                self._cassette = CassetteRecorder(
-                    Path(record), clock=self._clock, url=self._url, config=cfg,
-                    media=self._media, video=bool(video), thread_id=thread_id,
-                    record_content=record_content,
-                )  # fmt: skip
-            except OSError as exc:
-                raise AvatarError(
-                    ErrorCode.INVALID_ARGUMENT, f"record: cannot write {record} ({exc.strerror})"
-                ) from None
-        self._observer: WireObserver | None = _one_observer(self._cassette, observer)
-        spec = MediaSpec(
-            self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
-        )
-        self._builder = LinkBuilder(
-            self._url,
-            token,
-            config=cfg,
-            sticky_id=self._sticky_id,
-            partner_id=partner_id,
-            media=spec if self._media else None,
-            counters=self._stats,
-            clock=self._clock,
-            ssl_context=tls,
-            observer=self._observer,
-        )
-        self._guards = ConversationGuards(cfg, self._bus.emit, clock=self._clock, taps=self._taps)
-        self._user = UserState(machine=machine, slot=self._slot, spawn=self._supervisor.spawn)
-        self._genie_host = GenieHost(
-            self._url,
-            genie_url,
-            token=token,
-            ssl_context=tls,
-            allow_insecure=insecure,
-            observer=self._observer,
-        )
-        self._genie = self._genie_host.client
-        self._completion = CompletionSignal(
-            self._genie, timeout=cfg.session_complete_timeout, thread_id=thread_id
-        )
-        self._idle = IdleTimer(cfg.idle_timeout, clock=self._clock)  # fires into the endings
-        self._journal = (
-            Journal(journal, session_label=self._sticky_id, clock=self._clock) if journal else None
-        )
-        if self._journal is not None:
-            self._bus.on("*", self._journal.record)
-        # Fed synchronously by every event: whether the avatar is still answering or talking.
-        self._desk = TurnDesk(
-            config=cfg, machine=machine, clock=self._clock, outbox=self._slot.outbox,
-            guards=self._guards, idle=self._idle, emit=self._bus.emit, stats=self._stats,
-            taps=self._taps,
+        spec = SessionSpec.checked(
+            url, token, config=config, clock=clock, ssl=ssl, ca_file=ca_file,
+            thread_id=thread_id, audio_codec=audio_codec, allow_insecure=allow_insecure_transport,
+            genie_url=genie_url, partner_id=partner_id, audio=audio, video=video,
+            media=media, turn=turn, journal=journal, record=record,
+            record_content=record_content, observer=observer,
         )  # fmt: skip
-        self._replies = Replies(
-            clock=self._clock, on=self._bus.on, audio=self._outputs["audio"] if media else None
-        )
-        self._asking = False
-        self._ask_free = asyncio.Event()
-        self._endings = Endings(
-            config=cfg, machine=machine, bus=self._bus, slot=self._slot,
-            supervisor=self._supervisor, guards=self._guards, genie=self._genie,
-            completion=self._completion, idle=self._idle, journal=self._journal,
-            outputs=self._outputs, uplink_track=self._uplink_track,
-            fail_waiters=self._fail_waiters, deliver_after_recovery=self._desk.after_recovery,
-        )  # fmt: skip
-        if self._cassette is not None:
-            self._endings.after_end.append(self._cassette.aclose)
-        self._supervisor.on_failure = self._endings.on_task_failure
-        self._idle.on_idle = self._endings.on_idle
-        self._recovery = RecoveryController(
-            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
-            builder=self._builder, view=self._view,
-            restore=self._restore_session, reassert=self._user.on_same_session,
-            emit=self._bus.emit, spawn=self._supervisor.spawn,
-            on_outcome=self._endings.settle, stats=self._stats,
-        )  # fmt: skip
-        self._renewal = RenewalController(
-            machine=machine, config=cfg, clock=self._clock, slot=self._slot,
-            builder=self._builder,
-            parts=RenewalParts(
-                boundary=self._boundary, restore=self._user.on_new_session,
-                deliver=self._after_renewal,
-                abandon_tool_calls=self._abandon_tool_calls, outputs=self._outputs,
-                uplink=self._uplink_track, thread_id=lambda: self._view.thread_id,
-                recover_cold=self._recovery.recover_cold,
-                end=lambda: self._endings.end("conversation_ended", ErrorCode.SERVER_ENDED),
-            ),
-            emit=self._bus.emit, spawn=self._supervisor.spawn, stats=self._stats,
-            media=self._media,
-        )  # fmt: skip
-        self._inbound = InboundHandler(
-            config=cfg, machine=machine, slot=self._slot, spawn=self._supervisor.spawn,
-            endings=self._endings, recovery=self._recovery, desk=self._desk, user=self._user,
-            view=self._view,
-            guards=self._guards, completion=self._completion, idle=self._idle,
-            emit=self._bus.emit, stats=self._stats, renewal=self._renewal,
-        )  # fmt: skip
-        self._bus.on("time_warning", lambda e: self._renewal.warned(e.data.get("remaining")))
-        # Wired last: links report to the handler, which needs every part above.
-        self._builder.listener = LinkListener(
-            self._inbound.on_inbound, self._inbound.on_protocol_error, self._inbound.on_disconnect
-        )
+        super().__init__(clock=spec.clock)
+        self._url, self.config = spec.url, spec.config
+        self._parts = parts = assemble(spec, self._bus)
+        # The parts the public verbs drive (named here, once).
+        self._clock, self._media = spec.clock, parts.media
+        self._machine, self._slot, self._stats = parts.machine, parts.slot, parts.stats
+        self._desk, self._replies, self._guards = parts.desk, parts.replies, parts.guards
+        self._renewal, self._completion = parts.renewal, parts.completion
         # Weakly: what test tooling asks to find a session left open (lifecycle/registry.py).
         LIVE_SESSIONS.add(self, backend=self._url)
         if telemetry is not None:
-            telemetry.attach(self)  # a subscriber of the bus and the taps; nothing else
+            telemetry.attach(self)  # a subscriber of the bus and an observer; nothing else
 
     # -- introspection --------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -300,28 +152,33 @@ class AvatarSession(EventSource):
     @property
     def thread_id(self) -> str | None:
         """The conversation thread, once known (given at construction or learned)."""
-        return self._view.thread_id
+        return self._parts.view.thread_id
 
     @property
     def sticky_id(self) -> str:
-        return self._sticky_id
+        return self._parts.sticky_id
 
     @property
-    def taps(self) -> Taps:
-        """The session's internal observation points, for instrumentations
-        (``avatar_sdk.taps``; not a stable API)."""
-        return self._taps
+    def network_watcher(self) -> NetworkWatcher | None:
+        """The host network watcher (``SessionConfig.watch_network``), once connected."""
+        return self._parts.watches.network_watcher
+
+    @property
+    def taps(self) -> Observers:
+        """The session's observers, which instrumentations add themselves to
+        (``avatar_sdk.observe``; not a stable API)."""
+        return self._parts.observers
 
     @property
     def avatar_audio(self) -> FanoutTrack | None:
         """The avatar's voice (an aiortc track; None until subscribed). It keeps delivering
         across reconnects: the session re-feeds it from every new subscription."""
-        return self._outputs["audio"] if self._machine.data.subscribed else None
+        return self._parts.outputs["audio"] if self._machine.data.subscribed else None
 
     @property
     def avatar_video(self) -> FanoutTrack | None:
         """The avatar's video (an aiortc track; None until subscribed or with video=False)."""
-        return self._outputs.get("video") if self._machine.data.subscribed else None
+        return self._parts.outputs.get("video") if self._machine.data.subscribed else None
 
     @property
     def media(self) -> MediaLanes | None:
@@ -347,41 +204,6 @@ class AvatarSession(EventSource):
         self._call("renew")
         await self._renewal.renew("manual")
 
-    def _boundary(self) -> Boundary:
-        desk = self._desk
-        return Boundary(
-            usable=self._machine.connected,
-            floor_busy=self._replies.floor.busy(self._clock.monotonic()),
-            gate_open=desk.gate.phase == "open",
-            unconfirmed_turns=len(desk.ledger.unconfirmed()),
-            held_turns=desk.held,
-            awaiting_replies=self._replies.awaiting(),
-            pending_tool_calls=len(self._guards.acks),
-        )
-
-    async def _after_renewal(self, cut: bool) -> None:
-        """After a renewal's swap: turns held or unconfirmed go out on the new server
-        session; with a cut turn, the turns whose answer had not ended are asked again."""
-        deliver = self._desk.after_recovery("renewal")  # its cut-off is taken now
-        if cut:
-            texts = self._replies.cut()
-            self._desk.reset_gate()
-            await self._desk.resend_cut(texts)
-        await deliver
-
-    def _abandon_tool_calls(self) -> list[str]:
-        """A forced swap: the old server session's pending tool calls can no longer be
-        answered; their ids are reported (``session_renewed``) and forgotten."""
-        ids = self._guards.acks.ids()
-        self._guards.on_rebuilt()
-        return ids
-
-    async def _restore_session(self, link: Any) -> None:
-        """A new current server session (connect, cold reconnect): its cap's own count,
-        and the user's mute and pause there."""
-        self._renewal.started(link)
-        await self._user.on_new_session(link)
-
     def health(self) -> Health:
         """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
         return self._machine.health()
@@ -397,39 +219,11 @@ class AvatarSession(EventSource):
         """The host's network changed: probe the control socket at once and restart both
         media channels (``media=False``: only the probe). The session notices most changes
         by itself (``SessionConfig.watch_network``)."""
-        self._recovery.notify_network_change(media=media)
-
-    def _network_changed(self, what: str) -> None:
-        # Only a change that brings a new path is acted on (netchange.brings_a_path).
-        act = brings_a_path(what)
-        watcher = self.network_watcher
-        self._recovery.notify_network_change(
-            cause="detected",
-            detail=what,
-            probe=act,
-            media=act,
-            addresses=watcher.addresses() if watcher is not None else None,
-        )
+        self._parts.recovery.notify_network_change(media=media)
 
     async def switch_audio(self, track: Any) -> None:
         """Send from ``track`` from now on (None: silence); no renegotiation, mute kept."""
-        self._uplink_track.switch(track)
-
-    # -- internals shared by the parts ------------------------------------------------------
-    def _emit(self, name: str, data: dict[str, Any] | None = None) -> None:
-        self._bus.emit(name, data or {})
-
-    def _on_state_change(self, state: str, previous: str, trigger: str) -> None:
-        self._emit("state_changed", {"state": state, "previous": previous, "trigger": trigger})
-
-    def _fail_waiters(self, error: AvatarError) -> None:
-        """The session ends: held turns, speech handles and asks fail with ``error``."""
-        self._desk.fail_held(error)
-        self._replies.fail_all(error)
-
-    def _on_source_error(self, code: ErrorCode, exc: BaseException) -> None:
-        log.warning("audio source failed (%s); the uplink continues with silence", code)
-        self._emit("error", AvatarError(code, type(exc).__name__).as_event())
+        self._parts.uplink_track.switch(track)
 
     # -- context manager ------------------------------------------------------------------
     async def __aenter__(self) -> AvatarSession:
@@ -470,94 +264,21 @@ class AvatarSession(EventSource):
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
         self._call("connect")
-        self._connect_task = asyncio.current_task()
-        started = self._clock.monotonic()
-        self._machine.fire(Trigger.START)
-        try:
-            await self._recovery.admit(self._machine.fire, retry)
-            self._adopt_genie()
-            self._machine.fire(Trigger.APPROVED)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            reason = "closed" if self._close_requested else "cancelled"
-            await asyncio.shield(self._endings.end(reason, None))
-            if self._close_requested and task is not None:
-                task.uncancel()
-                raise AvatarError(ErrorCode.CLOSED, "close() was called during connect()") from None
-            raise
-        except AvatarError as error:
-            await self._endings.fail(error, reason=f"connect failed: {error.code}")
-            raise
-        finally:
-            self._connect_task = None
-        duration = self._clock.monotonic() - started
-        self._stats.connect_duration = duration
-        self._start_watch()
-        self._emit("connected", {"thread_id": self.thread_id, "duration": duration})
+        duration = await self._parts.connecting.run(retry)
+        self._parts.watches.start(self.close)
+        self._bus.emit("connected", {"thread_id": self.thread_id, "duration": duration})
         greet = self.config.wait_for_greeting if wait_for_greeting is None else wait_for_greeting
         if greet:
             limit = self.config.greeting_timeout
             try:
-                await self._until_floor(self._clock.monotonic() + limit)
+                await self._parts.turns.until_floor(self._clock.monotonic() + limit)
             except TimeoutError:
                 log.info("the greeting was not over within %.3gs; connect() returns", limit)
 
-    def _adopt_genie(self) -> None:
-        """A genie host the backend named at join, when none was given (genie_host.py)."""
-        link = self._slot.current
-        result = link.result if link is not None else None
-        genie = self._genie_host.after_join(result.client_configuration if result else None)
-        if genie is not None:
-            self._genie = self._completion.genie = self._endings.genie = genie
-
-    def _start_watch(self) -> None:
-        cfg, spawn = self.config, self._supervisor.spawn
-        if self._media and cfg.quality_interval > 0:
-            spawn(self._recovery.media.quality_loop(cfg.quality_interval), "quality")
-        if self._media:
-            spawn(self._recovery.media.watchdog(), "media-watchdog")
-        if cfg.socket_probe_interval > 0:
-            spawn(self._recovery.socket_watchdog(), "socket-watchdog")
-        if cfg.watch_network:
-            self.network_watcher = NetworkWatcher(
-                self._network_changed,
-                clock=self._clock,
-                poll_interval=cfg.network_poll_interval,
-            )
-            spawn(self.network_watcher.run(), "network-watch")
-        if cfg.renewal is not None:
-            spawn(self._renewal.watch(), "renewal-watch")
-        self._completion.hold()
-        hooks = default_hooks()
-        hooks.track(self._completion)
-        if cfg.handle_signals:
-            hooks.install()
-            self._endings.unregister_signals = hooks.register(self.close)
-        self._idle.start()
-        if cfg.brain_stall_timeout > 0:
-            spawn(self._guards.run_watchdog(lambda: self._machine.connected), "brain-watchdog")
-        if self._observer is not None and self._media:
-            spawn(self._media_samples(), "media-samples")
-
-    async def _media_samples(self) -> None:
-        """Once a second, the media counters to the observer (a cassette's summary)."""
-        while not self._machine.terminal:
-            await self._clock.sleep(1.0)
-            counts = {"audio_out": self._uplink_track.frames_sent}
-            lanes = self.media
-            if lanes is not None and lanes.stv is not None:
-                counts["audio_in"] = lanes.stv.frames.get("audio", 0)
-                gate = lanes.stv.video_gate  # frames received, decoded or not (nobody watching)
-                video = gate.assembled if gate is not None else lanes.stv.frames.get("video", 0)
-                counts["video_in"] = video
-            self._sample(counts)
-
-    def _sample(self, counts: dict[str, int]) -> None:
-        notify(self._observer, lambda o: o.media_sample(counts))
-
     def _call(self, name: str, **args: Any) -> None:
-        if self._observer is not None:
-            notify(self._observer, lambda o: o.session_call(name, args))
+        observers = self._parts.observers
+        if observers:
+            observers.session_call(name, args)
 
     # -- tools ----------------------------------------------------------------------------
     def on_tool_call(
@@ -580,7 +301,7 @@ class AvatarSession(EventSource):
         if self._machine.terminal:
             # Its HTTP session is closed: a POST now would open one nobody closes.
             return {"ok": False, "reason": "closed"}
-        return await self._guards.respond_to_tool(self._genie, call_id, result)
+        return await self._guards.respond_to_tool(self._parts.genie.client, call_id, result)
 
     # -- conversation ---------------------------------------------------------------------
     def speak(self, text: str) -> SpeechHandle:
@@ -604,27 +325,7 @@ class AvatarSession(EventSource):
         """
         checked = self._desk.check(text)
         self._call("speak", text=text)
-        self._replies.note_user("speak")
-        handle = self._replies.register(checked, media=self._media)
-        task = self._supervisor.spawn(self._speak(text, handle), "speak")
-        task.add_done_callback(lambda t: self._speak_done(t, handle))
-        return handle
-
-    async def _speak(self, text: str, handle: SpeechHandle) -> None:
-        try:
-            await self._desk.speak(text, on_sent=handle._on_sent)
-        except AvatarError as error:
-            handle._fail(error)
-            return
-        except Exception as exc:  # a bug of ours: that turn fails, the session goes on
-            log.error("speak() failed: %r", exc, exc_info=exc)
-            handle._fail(AvatarError(ErrorCode.INTERNAL, f"speak: {type(exc).__name__}"))
-            return
-        handle._resolve_sent(None)
-
-    def _speak_done(self, task: asyncio.Task[Any], handle: SpeechHandle) -> None:
-        if task.cancelled():  # the session closed under it
-            handle._fail(self._replies.ended or AvatarError(ErrorCode.CLOSED, "closed"))
+        return self._parts.turns.speak(text, checked)
 
     async def ask(self, text: str, *, timeout: float = 30.0) -> Reply:
         """Speak ``text`` and return the avatar's :class:`Reply` to that turn.
@@ -648,35 +349,15 @@ class AvatarSession(EventSource):
                 ErrorCode.INVALID_ARGUMENT, f"timeout must be seconds > 0 ({timeout!r})"
             )
         self._desk.check(text)
-        clock = self._clock
+        turns, clock = self._parts.turns, self._clock
         started = clock.monotonic()
         deadline = started + float(timeout)
-        while self._asking:  # one ask at a time: each waits for the one before
-            left = deadline - clock.monotonic()
-            if left <= 0:
-                raise TimeoutError("an earlier ask() of this session did not finish in time")
-            self._ask_free.clear()
-            await sleep_or(clock, left, self._ask_free)
-        self._asking = True
-        try:
-            await self._until_floor(deadline)
+        async with turns.one_ask(deadline):
+            await turns.until_floor(deadline)
             waited = clock.monotonic() - started
             handle = self.speak(text)
             handle.waited = waited
             return await handle.reply(timeout=max(0.0, deadline - clock.monotonic()))
-        finally:
-            self._asking = False
-            self._ask_free.set()
-
-    async def _until_floor(self, deadline: float) -> None:
-        """Until a question would not cut an agent turn short: past the greeting due after
-        approval (it begins within ``agent_timeout``, or never will), then until no agent
-        turn is generating or being said (with media, and its voice quiet here: at most a
-        second more). ``TimeoutError`` at ``deadline``."""
-        desk = self._desk
-        await desk.past_expected(limit=max(0.0, deadline - self._clock.monotonic()))
-        await self._replies.until_free(deadline, lambda: desk.gate.phase == "open")
-        await self._replies.until_quiet(deadline)  # media: its last audio arrived here too
 
     async def wait_until_quiet(self, *, timeout: float | None = None) -> None:
         """Return once the avatar is quiet: no agent turn in progress and nothing it is
@@ -698,15 +379,8 @@ class AvatarSession(EventSource):
             raise AvatarError(
                 ErrorCode.INVALID_ARGUMENT, f"timeout must be a finite number >= 0, not {timeout!r}"
             )
-        if self._replies.ended is not None:
-            return  # an ended session is quiet
-        clock = self._clock
-        deadline = clock.monotonic() + (_NO_BOUND if timeout is None else float(timeout))
-        try:  # the same floor ask() waits for (session/replies.py: Floor)
-            await self._replies.until_free(deadline, lambda: True)
-            await self._replies.until_quiet(deadline)
-        except AvatarError:
-            return  # the session ended meanwhile: nothing more will be said
+        bound = _NO_BOUND if timeout is None else float(timeout)
+        await self._parts.turns.until_quiet(self._clock.monotonic() + bound)
 
     async def interrupt(self) -> None:
         """Barge in: stop the avatar talking (the marker alone)."""
@@ -714,19 +388,17 @@ class AvatarSession(EventSource):
         self._call("interrupt")
         self._replies.note_user("interrupt")
         await self._slot.outbox.send(Out.TEXT_ENTERED, build_barge_in_marker())
-        if self._taps:
-            self._taps.emit(Point.INTERRUPT_SENT, {})
 
     @property
     def mic_enabled(self) -> bool:
         """Whether the user's microphone reaches the server. Preserved across reconnects."""
-        return self._user.mic_enabled
+        return self._parts.user.mic_enabled
 
     @mic_enabled.setter
     def mic_enabled(self, enabled: bool) -> None:
-        self._uplink_track.muted = not enabled
+        self._parts.uplink_track.muted = not enabled
         self._call("set_mic", enabled=bool(enabled))
-        self._user.set_mic(bool(enabled))
+        self._parts.user.set_mic(bool(enabled))
 
     async def pause(self) -> None:
         """Pause the conversation (the server holds the avatar). A recovery returns to
@@ -749,13 +421,13 @@ class AvatarSession(EventSource):
         self._require(self._machine.paused)
         self._call("resume")
         await self._slot.outbox.send(Out.RESUME_CONVERSATION, build_empty())
-        self._user.resume_sent()
+        self._parts.user.resume_sent()
         link = self._slot.current
         if self._machine.data.media_released and link is not None and self._media:
             try:
-                await self._builder.rebuild_media(link, self._slot.outbox.send)
+                await self._parts.builder.rebuild_media(link, self._slot.outbox.send)
             except AvatarError as error:
-                await self._endings.fail(error, reason="resume_failed")
+                await self._parts.endings.fail(error, reason="resume_failed")
                 raise
         if not self._machine.try_fire(Trigger.RESUME):
             # A recovery started meanwhile: it returns to connected, not paused.
@@ -774,30 +446,9 @@ class AvatarSession(EventSource):
         if self._machine.terminal:
             return
         self._call("close")
-        self._close_requested = True
-        connect_task = self._connect_task
-        if connect_task is not None and connect_task is not asyncio.current_task():
-            connect_task.cancel()
-            await asyncio.wait({connect_task}, timeout=self.config.close_timeout)
-            if self._machine.terminal:
-                return
-        await self._endings.end("closed", None)
+        if await self._parts.connecting.close_requested():
+            return  # the connect it cancelled ended the session
+        endings = self._parts.endings
+        await endings.end("closed", None)
         if self._machine.state == "disconnecting":  # an end was already under way
-            await self._endings.wait_finished()
-
-
-def _describe(url: str, *, media: bool, video: bool) -> dict[str, Any]:
-    """What an instrumentation may say about the session: host, port and media mode (never
-    the path, query or credentials of the URL)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
-    mode = "control" if not media else "audio_video" if video else "audio"
-    return {"server_address": parts.hostname or "", "server_port": port, "media": mode}
-
-
-def _one_observer(*observers: WireObserver | None) -> WireObserver | None:
-    """The observers given, as one (None when there is none: the channels then pay nothing)."""
-    present = [o for o in observers if o is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-    return FanoutObserver(present)
+            await endings.wait_finished()

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..errors import AvatarError
 from ..logs import sdk_logger
+from ..observe import Observer
 from ..transport.genie import GenieClient, advertised_genie_url, known_genie_url
-from ..transport.observe import WireObserver
 from ..urls import check_url
 
 log = sdk_logger(__name__)
@@ -39,7 +39,7 @@ class GenieHost:
         token: str,
         ssl_context: ssl.SSLContext | None,
         allow_insecure: bool,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """``url``: the checked conversation URL. ``genie_url``: the caller's (checked
         here; ``invalid_argument`` / ``insecure_transport`` as for ``url``)."""

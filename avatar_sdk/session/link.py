@@ -20,11 +20,11 @@ from ..clock import Clock
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..observe import Observer
 from ..transport.asr import UplinkTrack
 from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
-from ..transport.observe import WireObserver
 from ..transport.stv import FanoutTrack
 from ..wire import (
     AvailabilityResult,
@@ -48,6 +48,7 @@ from .handshake import (
     wait_step,
 )
 from .machine import Trigger
+from .ports import Late
 from .router import FATAL_EVENTS, HANDSHAKE_EVENTS
 
 log = sdk_logger(__name__)
@@ -207,12 +208,12 @@ class LinkBuilder:
         media: MediaSpec | None,
         counters: WireCounters,
         clock: Clock,
-        listener: LinkListener | None = None,
+        listener: Late[LinkListener],
         ssl_context: ssl.SSLContext | None = None,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._url = url
-        #: Told what every link's channels say and hear (``transport.observe``); links are
+        #: Told what every link's channels say and hear (``avatar_sdk.observe``); links are
         #: numbered in the order they are created.
         self._observer = observer
         self._links_made = 0
@@ -225,16 +226,19 @@ class LinkBuilder:
         #: TLS trust of every connection (socket and WHEP); None: the system CAs.
         self._ssl = ssl_context
         self._clock = clock
-        #: Where links report; set before the first ``create()``.
-        self.listener = listener
+        #: Where links report (the session's inbound handler, which exists only later).
+        self._listener = listener
+
+    @property
+    def listener(self) -> LinkListener:
+        """Where the session's links report."""
+        return self._listener()
 
     def create(self, listener: LinkListener | None = None) -> ServerLink:
         """A new, unopened link (no I/O): the session adopts it before any event arrives.
         ``listener``: where it reports (default: the session's, :attr:`listener`); a
         renewal prepares its link with its own and hands it over at the swap."""
         listener = listener or self.listener
-        if listener is None:
-            raise RuntimeError("LinkBuilder.listener must be set before create()")
         link: ServerLink
 
         def heard() -> LinkListener:

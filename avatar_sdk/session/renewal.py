@@ -25,7 +25,7 @@ is kept; a break-before-make that cannot join hands over to the cold tier.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,12 @@ from ..config import RenewalPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..transport.asr import UplinkTrack
-from ..transport.stv import FanoutTrack
 from ..wire import In, InboundEvent, TimeWarning
 from .handshake import Deadline
 from .link import LinkBuilder, LinkListener, ServerLink
 from .machine import SessionMachine, Trigger
-from .renewal_plan import Boundary, TimeLeft, renewal_due, swap_deadline
+from .renewal_parts import RenewalParts
+from .renewal_plan import TimeLeft, renewal_due, swap_deadline
 from .slot import LinkSlot
 from .stats import SessionStats
 from .turns import TurnGate
@@ -75,24 +75,6 @@ class _Prepared:
     lost: asyncio.Event = field(default_factory=asyncio.Event)
     lost_reason: str | None = None
     warned: tuple[float, float] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RenewalParts:
-    """What the controller reads and drives in the session (none of it calls back)."""
-
-    boundary: Callable[[], Boundary]
-    restore: Callable[[ServerLink], Awaitable[None]]
-    #: After the swap: held and unconfirmed turns go out on the new link; with ``True``
-    #: (the swap cut a turn), the turns whose answer had not ended are sent again there.
-    deliver: Callable[[bool], Coroutine[Any, Any, None]]
-    abandon_tool_calls: Callable[[], list[str]]
-    outputs: dict[str, FanoutTrack]
-    uplink: UplinkTrack
-    thread_id: Callable[[], str | None]
-    recover_cold: Callable[[str], Awaitable[Any]]
-    #: End the session as the server ended it (a capped server session nothing replaced).
-    end: Callable[[], Coroutine[Any, Any, None]]
 
 
 class RenewalController:

@@ -25,7 +25,7 @@ from ..errors import AvatarError, ErrorCode
 from ..guards.brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards
 from ..lifecycle.completion import IdleTimer
 from ..logs import sdk_logger
-from ..taps import NO_TAPS, Point, Taps
+from ..observe import NO_OBSERVERS, Observers, Point
 from ..wire import (
     MAX_TEXT,
     InboundEvent,
@@ -104,10 +104,10 @@ class TurnDesk:
         idle: IdleTimer,
         emit: Callable[[str, dict[str, Any]], object],
         stats: SessionStats,
-        taps: Taps = NO_TAPS,
+        observers: Observers = NO_OBSERVERS,
     ) -> None:
         self._config = config
-        self._taps = taps
+        self._observers = observers
         self._machine = machine
         self._clock = clock
         self._send = outbox.send
@@ -146,8 +146,8 @@ class TurnDesk:
         if not isinstance(text, str) or not text.strip():
             raise AvatarError(ErrorCode.INVALID_ARGUMENT, "text must be a non-empty string")
         text = turn_text(text)
-        if self._taps:
-            self._taps.emit(Point.TURN_REQUESTED, {"text": text})
+        if self._observers:
+            self._observers.point(Point.TURN_REQUESTED, {"text": text})
         m = self._machine
         if self._usable() and self.gate.phase == "open":
             try:
@@ -184,8 +184,8 @@ class TurnDesk:
         except AvatarError:
             self.ledger.forget(turn)  # never written: the caller holds or fails it
             raise
-        if self._taps:
-            self._taps.emit(Point.TURN_SENT, {"text": text, "resent": resend})
+        if self._observers:
+            self._observers.point(Point.TURN_SENT, {"text": text, "resent": resend})
         self._guards.on_user_turn(text)
         self._idle.touch()
 

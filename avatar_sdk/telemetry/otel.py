@@ -2,10 +2,11 @@
 
 :class:`Telemetry` resolves the tracer and meter providers (given, or the global ones) and
 attaches a :class:`_SessionTelemetry` to each session it instruments. That object listens
-to the session's public events (``session.on``) and its taps (``session.taps``: a turn
-requested or sent, a tool dispatched or acknowledged) and turns them into spans and
-metrics; the session itself never calls OpenTelemetry. With no provider set (the API's
-defaults), nothing is attached at all. Names: :mod:`avatar_sdk.telemetry.names`.
+to the session's public events (``session.on``) and is one of its observers
+(``session.taps``, :mod:`avatar_sdk.observe`: a turn requested or sent, an ``interrupt()``,
+a tool dispatched or acknowledged) and turns them into spans and metrics; the session
+itself never calls OpenTelemetry. With no provider set (the API's defaults), nothing is
+attached at all. Names: :mod:`avatar_sdk.telemetry.names`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from ..events.stream import Event
 from ..logs import sdk_logger
-from ..taps import Point
+from ..observe import Observer, Point
 from . import names as n
 
 log = sdk_logger(__name__)
@@ -169,8 +170,8 @@ def _messages(role: str, texts: list[str]) -> str:
     return _content([{"role": role, "parts": parts}])
 
 
-class _SessionTelemetry:
-    """The spans and metrics of one session, fed by its events and taps."""
+class _SessionTelemetry(Observer):
+    """The spans and metrics of one session, fed by its events and its observer facts."""
 
     def __init__(self, session: Any, instruments: _Instruments) -> None:
         self._session = session
@@ -199,7 +200,7 @@ class _SessionTelemetry:
         self._text_unsubscribe: Callable[[], None] | None = None
         for name in _EVENTS:
             session.on(name, getattr(self, f"_on_{name}"))
-        session.taps.add(self._on_point)
+        session.taps.add(self)
 
     # -- helpers ------------------------------------------------------------------------------
     def _child(
@@ -407,7 +408,13 @@ class _SessionTelemetry:
             span.end()
 
     # -- turns -------------------------------------------------------------------------------
-    def _on_point(self, point: Point, data: Mapping[str, Any]) -> None:
+    def session_call(self, name: str, args: dict[str, Any]) -> None:
+        if name == "interrupt":  # accepted: the barge-in marker goes out next
+            turn = self._turn
+            if turn is not None and turn.sent:
+                self._end_turn(n.INTERRUPT_CALLED)
+
+    def point(self, point: Point, data: Mapping[str, Any]) -> None:
         if point is Point.TURN_REQUESTED:
             turn = self._turn
             if turn is not None and not turn.sent:
@@ -425,10 +432,6 @@ class _SessionTelemetry:
                 turn = self._begin_turn("speak", str(data["text"]))
             turn.sent = True
             self._watch_text(self._capture or turn.first_text is None)
-        elif point is Point.INTERRUPT_SENT:
-            turn = self._turn
-            if turn is not None and turn.sent:
-                self._end_turn(n.INTERRUPT_CALLED)
         elif point is Point.TOOL_DISPATCHED:
             self._dispatched[(str(data["name"]), data.get("call_id"))] = bool(data["waits"])
         elif point is Point.TOOL_ACKED:

@@ -41,8 +41,8 @@ from aiohttp import web
 
 from ..cassette.format import Cassette, Record, load
 from ..logs import sdk_logger
+from ..observe import Observer
 from ..session.facade import AvatarSession
-from ..transport.observe import WireObserver
 from ..wire.names import In, Out
 from .conversation import Conversation, ReceivedEvent
 from .media import StagingMedia
@@ -582,7 +582,7 @@ CALLS: Final = frozenset(
 )
 
 
-class _Receipts(WireObserver):
+class _Receipts(Observer):
     """Counts the scripted inbound events the SDK under test has received."""
 
     def __init__(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Final, Protocol
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
-from ..taps import NO_TAPS, Point, Taps
+from ..observe import NO_OBSERVERS, Observers, Point
 from .pending import PendingAck, PendingAcks
 
 #: ``respond_to_tool`` gives up after this long; the call stays pending for a retry.
@@ -39,11 +39,11 @@ class ToolResponder:
     """Answers the waiting tool calls of one conversation (``respond_to_tool``)."""
 
     def __init__(
-        self, acks: PendingAcks, *, clock: Clock = SYSTEM_CLOCK, taps: Taps = NO_TAPS
+        self, acks: PendingAcks, *, clock: Clock = SYSTEM_CLOCK, observers: Observers = NO_OBSERVERS
     ) -> None:
         self._acks = acks
         self._clock = clock
-        self._taps = taps
+        self._observers = observers
 
     async def respond(
         self, genie: ToolAckSender | None, call_id: str, result: Any
@@ -62,8 +62,8 @@ class ToolResponder:
             outcome = {"ok": False, "reason": "cancelled"}
             raise
         finally:
-            if self._taps:
-                self._taps.emit(
+            if self._observers:
+                self._observers.point(
                     Point.TOOL_ACKED,
                     {
                         "call_id": call_id,

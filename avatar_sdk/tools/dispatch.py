@@ -16,7 +16,7 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
-from ..taps import NO_TAPS, Point, Taps
+from ..observe import NO_OBSERVERS, Observers, Point
 from ..wire import ToolCall
 from .pending import PendingAcks
 from .schema import ArgsSchema
@@ -48,12 +48,12 @@ class ToolDispatcher:
         acks: PendingAcks,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        taps: Taps = NO_TAPS,
+        observers: Observers = NO_OBSERVERS,
     ) -> None:
         self._emit = emit
         self._acks = acks
         self._clock = clock
-        self._taps = taps
+        self._observers = observers
         self._handlers: dict[str, list[tuple[ToolHandler, ArgsSchema | None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -83,8 +83,8 @@ class ToolDispatcher:
         waits = bool(call.wait_for_response and call.call_id)
         if waits and call.call_id:
             self._acks.add(call.call_id, call.name, self._clock.monotonic())
-        if self._taps:
-            self._taps.emit(
+        if self._observers:
+            self._observers.point(
                 Point.TOOL_DISPATCHED, {"name": call.name, "call_id": call.call_id, "waits": waits}
             )
         entries = self._handlers.get(call.name, [])

@@ -21,11 +21,11 @@ from ..besteffort import best_effort
 from ..config import MAX_MESSAGE_SIZE
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..observe import Observer, observers_of
 from ..redact import register_secret
 from ..wire.disconnect import is_recoverable
 from .csr import RecoveringAsyncClient
 from .frame_guard import ProtocolErrorSink, guarded_websocket
-from .observe import WireObserver, notify
 from .tls import connector, tls_error, unreachable_error
 
 log = sdk_logger(__name__)
@@ -78,7 +78,7 @@ class ControlChannel:
         counters: WireCounters | None = None,
         ssl_context: ssl.SSLContext | None = None,
         now: Callable[[], float],
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
         link: int = 0,
     ) -> None:
         """``on_protocol_error(event, detail, name_only)``: a frame the socket refused (see
@@ -86,7 +86,7 @@ class ControlChannel:
         a bigger message is refused by the websocket and ends the transport. ``now``: the
         session clock's monotonic reader (its socket watchdog compares ``last_activity``
         with it). ``observer``: told every event in and out, every open, refusal and close
-        (:mod:`.observe`), as link number ``link``."""
+        (``avatar_sdk.observe``), as link number ``link``."""
         register_secret(token)
         #: The session's clock: ``last_activity`` is on the same time line as its watchdog.
         self._now = now
@@ -114,7 +114,7 @@ class ControlChannel:
         #: its channels so its totals span reconnects without being counted twice.
         self.counters: WireCounters = counters if counters is not None else _ChannelCounters()
         self.last_activity = self._now()
-        self._observer = observer
+        self._observer = observers_of(observer)
         self._link = link
 
     def __repr__(self) -> str:
@@ -208,7 +208,7 @@ class ControlChannel:
         self.connect_count += 1
         self.last_activity = self._now()
         sid, recovered = self.sid or "", bool(client.recovered)
-        notify(self._observer, lambda o: o.socket_opened(self._link, sid, recovered))
+        self._observer.socket_opened(self._link, sid, recovered)
         return ConnectOutcome(
             sid=self.sid or "",
             recovered=bool(client.recovered),
@@ -217,7 +217,7 @@ class ControlChannel:
         )
 
     def _failed(self, error: AvatarError) -> AvatarError:
-        notify(self._observer, lambda o: o.socket_failed(self._link, str(error.code)))
+        self._observer.socket_failed(self._link, str(error.code))
         return error
 
     def _classify(self, exc: BaseException) -> AvatarError:
@@ -239,8 +239,8 @@ class ControlChannel:
         if client is None or not client.connected:
             raise AvatarError(ErrorCode.TRANSPORT_CLOSED, f"cannot send {event}: not connected")
         async with self._emit_lock:
-            if self._observer is not None:  # before the write: it precedes its answer
-                notify(self._observer, lambda o: o.event_out(self._link, event, payload))
+            if self._observer:  # before the write: it precedes its answer
+                self._observer.event_out(self._link, event, payload)
             try:
                 await client.emit(event, payload)
             except (socketio.exceptions.SocketIOError, OSError) as exc:
@@ -277,7 +277,7 @@ class ControlChannel:
         self._closed = True
         client = self._client
         if client is not None and client.connected:
-            notify(self._observer, lambda o: o.socket_closed(self._link, "io client disconnect"))
+            self._observer.socket_closed(self._link, "io client disconnect")
         if client is not None:
             try:
                 async with asyncio.timeout(timeout + 0.1):
@@ -293,8 +293,8 @@ class ControlChannel:
     async def _handle_event(self, event: str, *args: Any) -> None:
         self.counters.events_in += 1
         self.last_activity = self._now()
-        if self._observer is not None:
-            notify(self._observer, lambda o: o.event_in(self._link, event, list(args)))
+        if self._observer:
+            self._observer.event_in(self._link, event, list(args))
         self._on_event(event, list(args))
 
     def _frame_refused(self, event: str, detail: str) -> None:
@@ -312,7 +312,7 @@ class ControlChannel:
         reason = (client.disconnect_reason if client is not None else None) or "transport close"
         if self._closed:
             return
-        notify(self._observer, lambda o: o.socket_closed(self._link, reason))
+        self._observer.socket_closed(self._link, reason)
         self._on_disconnect(self, reason)
 
 

@@ -14,8 +14,8 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from ..logs import sdk_logger
+from ..observe import HttpExchange, Observer, observers_of
 from ..redact import register_secret
-from .observe import HttpExchange, WireObserver, notify
 from .tls import connector, tls_failure
 
 log = sdk_logger(__name__)
@@ -94,12 +94,13 @@ class GenieClient:
         *,
         http: aiohttp.ClientSession | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """``ssl_context``: how https is verified (None: the system CAs); it also applies to
         the sessions this client makes for itself later (a detached copy included).
-        ``observer``: told each exchange (:mod:`.observe`; the Authorization header never)."""
-        self.observer = observer
+        ``observer``: told each exchange (``avatar_sdk.observe``; never the Authorization
+        header)."""
+        self.observer = observers_of(observer)
         register_secret(token)
         self.base_url = base_url.rstrip("/")
         self.__token = token
@@ -124,12 +125,12 @@ class GenieClient:
         """POST ``body`` to ``path``; bounded by ``timeout`` seconds; never raises."""
         url = self.base_url + path
         outcome = await self._post(url, path, body, timeout)
-        if self.observer is not None:
+        if self.observer:
             exchange = HttpExchange(
                 "genie", "POST", url, outcome[0].status, _json_text(body), outcome[1],
                 outcome[0].reason,
             )  # fmt: skip
-            notify(self.observer, lambda o: o.http_exchange(exchange))
+            self.observer.http_exchange(exchange)
         return outcome[0]
 
     async def _post(

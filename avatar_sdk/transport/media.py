@@ -20,6 +20,7 @@ from ..clock import Clock
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..observe import Observer, observers_of
 from ..wire import (
     AsrAnswer,
     AsrIceCandidate,
@@ -36,7 +37,6 @@ from .cadence import ReportCadence
 from .channel_down import ChannelDown, DownKind, downlink_down, peer_down
 from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
-from .observe import WireObserver, notify
 from .stv import FanoutTrack, StvDownlink, whep_http_session
 from .video_stall import VideoAction, VideoStallRule
 
@@ -72,10 +72,10 @@ class MediaLanes:
         ssl_context: ssl.SSLContext | None = None,
         host_guard: HostGuard | None = None,
         audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """``observer``: told each peer's state changes and each WHEP exchange
-        (:mod:`.observe`). ``ssl_context``: how WHEP over https verifies the server (None:
+        (``avatar_sdk.observe``). ``ssl_context``: how WHEP over https verifies the server (None:
         system CAs).
         ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
         (default: one on the system resolver; injectable for tests). ``audio_codec``:
@@ -84,7 +84,7 @@ class MediaLanes:
         a receiver report) is on its time line, because the media watchdog compares them
         with its own readings of that clock (:meth:`down_channels`)."""
         self._config = config
-        self._observer = observer
+        self._observer = observers_of(observer)
         self._clock = clock
         self._uplink_track = uplink_track
         self._outputs = outputs
@@ -219,7 +219,7 @@ class MediaLanes:
     def _watch(self, pc: RTCPeerConnection, lane: str) -> None:
         def on_state() -> None:
             state = str(pc.connectionState)
-            notify(self._observer, lambda o: o.media_state(lane, state))
+            self._observer.media_state(lane, state)
             if state in ("failed", "closed"):
                 self.peer_down.set()
 

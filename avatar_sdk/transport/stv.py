@@ -22,10 +22,10 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from ..clock import Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from ..observe import HttpExchange, Observer, observers_of
 from . import loop_decode, video_demand, video_repair
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
-from .observe import HttpExchange, WireObserver, notify
 from .tls import connector, tls_error
 from .video_stall import VideoStallRule
 
@@ -152,10 +152,10 @@ class StvDownlink:
         guard: HostGuard | None = None,
         decode_audio_on_loop: bool = False,
         decode_unwatched_video: bool = False,
-        observer: WireObserver | None = None,
+        observer: Observer | None = None,
         video_rule: VideoStallRule | None = None,
     ) -> None:
-        """``observer``: told each WHEP exchange (:mod:`.observe`).
+        """``observer``: told each WHEP exchange (``avatar_sdk.observe``).
         ``video_rule``: this subscription's video rule (:mod:`.video_stall`), judged by the
         media watchdog through :meth:`MediaLanes.judge_video
         <avatar_sdk.transport.media.MediaLanes.judge_video>`.
@@ -169,7 +169,7 @@ class StvDownlink:
         :mod:`.video_demand`). ``clock``: the
         session's; frame and subscription stamps are compared with its watchdog's times."""
         self._http = http
-        self._observer = observer
+        self._observer = observers_of(observer)
         self._clock = clock
         self._allow_private = allow_private
         self._guard = None if allow_private else guard or HostGuard()
@@ -332,9 +332,9 @@ class StvDownlink:
         answer: str | None = None,
         outcome: str = "ok",
     ) -> None:
-        if self._observer is not None:
+        if self._observer:
             exchange = HttpExchange("whep", method, url, status, sent, answer, outcome)
-            notify(self._observer, lambda o: o.http_exchange(exchange))
+            self._observer.http_exchange(exchange)
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         task = asyncio.ensure_future(self._pump(track))

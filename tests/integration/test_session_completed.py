@@ -265,5 +265,5 @@ async def test_respond_to_tool_after_close_sends_nothing_and_leaks_nothing(
     outcome = await session.respond_to_tool("call-90", {"email": "a@example.com"})
     assert outcome == {"ok": False, "reason": "closed"}
     assert staging.tool_responses == []
-    genie = session._genie
+    genie = session._parts.genie.client
     assert genie is not None and genie._http is None  # nothing reopened

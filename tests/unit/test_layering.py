@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "__init__", "_lazy", "_version", "besteffort", "clock", "config", "errors",
-            "logs", "redact", "taps", "troubleshooting", "urls", "wire",
+            "logs", "observe", "redact", "troubleshooting", "urls", "wire",
         ],
         0,
     ),

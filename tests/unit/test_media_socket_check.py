@@ -5,19 +5,17 @@ network: a fake control channel)."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from avatar_sdk import SessionConfig
 from avatar_sdk.clock import FakeClock
+from avatar_sdk.events.bus import EventBus
+from avatar_sdk.session.assemble import assemble
 from avatar_sdk.session.decisions import decide_media_down
 from avatar_sdk.session.link import ServerLink
-from avatar_sdk.session.machine import SessionMachine
 from avatar_sdk.session.recovery import RecoveryController
-from avatar_sdk.session.slot import LinkSlot
-from avatar_sdk.session.stats import SessionStats
+from avatar_sdk.session.spec import SessionSpec
 from avatar_sdk.wire import AvailabilityResult, In, Out
 
 
@@ -60,26 +58,13 @@ def _link() -> tuple[ServerLink, _Channel]:
 
 
 def _controller(link: ServerLink, probe_timeout: float) -> RecoveryController:
-    slot = LinkSlot()
-    slot.current = link
-
-    async def nothing(*_: Any) -> None:
-        return None
-
-    return RecoveryController(
-        machine=SessionMachine(strict=True),
-        config=SessionConfig(socket_probe_timeout=probe_timeout),
-        clock=FakeClock(),
-        slot=slot,
-        builder=None,  # type: ignore[arg-type]
-        view=SimpleNamespace(thread_id=None),
-        restore=nothing,
-        reassert=nothing,
-        emit=lambda name, data: None,
-        spawn=lambda coro, name: asyncio.ensure_future(coro),
-        on_outcome=nothing,
-        stats=SessionStats(),
-    )
+    """The recovery controller of a session built by the session's own assembly, with
+    ``link`` as its current link."""
+    config = SessionConfig(socket_probe_timeout=probe_timeout)
+    spec = SessionSpec("http://127.0.0.1:9", "tok", config, FakeClock(), media=False)
+    parts = assemble(spec, EventBus())
+    parts.slot.current = link
+    return parts.recovery
 
 
 async def _probed(channel: _Channel) -> None:

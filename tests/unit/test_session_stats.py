@@ -4,20 +4,18 @@ misspelt counter can neither appear in it nor go unnoticed; no network here."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.clock import FakeClock
+from avatar_sdk.events.bus import EventBus
+from avatar_sdk.session.assemble import assemble
 from avatar_sdk.session.link import ServerLink
-from avatar_sdk.session.machine import SessionMachine
-from avatar_sdk.session.recovery import RecoveryController
-from avatar_sdk.session.slot import LinkSlot
+from avatar_sdk.session.spec import SessionSpec
 from avatar_sdk.session.stats import KEEP_DURATIONS, STATS_KEYS, TIERS, SessionStats
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "resilience.md"
@@ -137,27 +135,10 @@ async def test_a_silently_dead_socket_is_counted_by_the_recovery_controller() ->
     """The one counter that used to be created where first touched (``.get(...) + 1``)."""
     channel = _SilentChannel()
     link = ServerLink(channel=channel, config=SessionConfig())  # type: ignore[arg-type]
-    slot = LinkSlot()
-    slot.current = link
-    stats = SessionStats()
-
-    async def nothing(*_: Any) -> None:
-        return None
-
-    controller = RecoveryController(
-        machine=SessionMachine(strict=True),
-        config=SessionConfig(socket_probe_timeout=0.01),
-        clock=FakeClock(),
-        slot=slot,
-        builder=None,  # type: ignore[arg-type]
-        view=SimpleNamespace(thread_id=None),
-        restore=nothing,
-        reassert=nothing,
-        emit=lambda name, data: None,
-        spawn=lambda coro, name: asyncio.ensure_future(coro),
-        on_outcome=nothing,
-        stats=stats,
-    )
+    config = SessionConfig(socket_probe_timeout=0.01)
+    parts = assemble(SessionSpec("http://127.0.0.1:9", "tok", config, FakeClock()), EventBus())
+    parts.slot.current = link
+    stats, controller = parts.stats, parts.recovery
     assert await controller.socket_alive(link) is False
     assert await controller.socket_alive(link) is False
     assert channel.drops == ["ping timeout", "ping timeout"]
