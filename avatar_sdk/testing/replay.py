@@ -44,9 +44,9 @@ from ..logs import sdk_logger
 from ..session.facade import AvatarSession
 from ..transport.observe import WireObserver
 from ..wire.names import In, Out
-from .conversation import Conversation, ReceivedEvent
-from .media import StagingMedia
-from .server import StagingServer
+from .staging.conversation import Conversation, ReceivedEvent
+from .staging.media import StagingMedia
+from .staging.server import StagingServer
 
 log = sdk_logger(__name__)
 

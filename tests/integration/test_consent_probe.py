@@ -12,7 +12,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.media import ToneSource
-from avatar_sdk.testing.rtc_util import _blackhole, _ice_transports
+from avatar_sdk.testing.staging.rtc_util import _blackhole, _ice_transports
 from avatar_sdk.transport.asr import AsrUplink, UplinkTrack
 from avatar_sdk.transport.consent import _ice_connection
 

@@ -28,7 +28,7 @@ from aiortc.rtcicetransport import candidate_to_aioice
 
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.leaks import media_tasks
-from avatar_sdk.testing.media import IcePath
+from avatar_sdk.testing.staging.media import IcePath
 from avatar_sdk.testing.synthetic import audio_rms, read_frame_counter
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 from avatar_sdk.wire import build_join

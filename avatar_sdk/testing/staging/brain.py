@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..wire.names import In
-from ..wire.segments import parse_delta, parse_tool_call
-from ..wire.speech import make_speech_id
+from ...wire.names import In
+from ...wire.segments import parse_delta, parse_tool_call
+from ...wire.speech import make_speech_id
 from .vad import ListenConfig
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engineio import packet as eio_packet
 
-from ..wire.names import In
+from ...wire.names import In
 
 if TYPE_CHECKING:
     from .server import StagingServer

@@ -1,6 +1,6 @@
 """The staging backend's ASR answerer: one receive-only aiortc peer per client sid that
 records what audio arrived, and applies re-offers as renegotiation, ICE restart or a fresh
-peer (see :mod:`avatar_sdk.testing.media`).
+peer (see :mod:`avatar_sdk.testing.staging.media`).
 
 The uplink audio is decoded on the event loop (:mod:`avatar_sdk.transport.loop_decode`),
 not in a decoder thread per peer: a load test's server then pays no thread hand-off per
@@ -23,11 +23,11 @@ from aiortc import sdp as sdp_parser
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
-from ..logs import sdk_logger
-from ..transport.ice import close_ice_connection, guard_connection, set_local_description
-from ..transport.loop_decode import decode_audio_on_loop
+from ...logs import sdk_logger
+from ...transport.ice import close_ice_connection, guard_connection, set_local_description
+from ...transport.loop_decode import decode_audio_on_loop
 from .rtc_util import IcePath, _blackhole, _close_pc, _ice_transports, _rtc_configuration
-from .synthetic import audio_rms
+from ..synthetic import audio_rms
 
 if TYPE_CHECKING:
     from .media import StagingMedia

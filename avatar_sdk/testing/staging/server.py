@@ -26,10 +26,10 @@ import socketio
 from aiohttp import web
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from ..besteffort import best_effort
-from ..logs import sdk_logger
-from ..transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
-from ..wire.names import In, Out
+from ...besteffort import best_effort
+from ...logs import sdk_logger
+from ...transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
+from ...wire.names import In, Out
 from .brain import Brain
 from .control import control_routes
 from .conversation import Conversation, ReceivedEvent
@@ -100,7 +100,7 @@ class StagingServer:
         that allows one session per thread; tests break-before-make renewal). All three
         are attributes, changeable at run time (new server sessions use the new values).
         The thread's memory (``thread_memory``: every user turn heard on a thread, across
-        its server sessions) lets :data:`~avatar_sdk.testing.brain.RECALL_PROMPT` be
+        its server sessions) lets :data:`~avatar_sdk.testing.staging.brain.RECALL_PROMPT` be
         answered with what was said on an earlier server session of the thread."""
         self.host = host
         self.advertise_genie = advertise_genie

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from ..transport.genie import CONVERSE_PATH
+from ...transport.genie import CONVERSE_PATH
 from .brain import tool_segment
 
 if TYPE_CHECKING:

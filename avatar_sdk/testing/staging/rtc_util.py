@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import av
 from aiortc import RTCConfiguration
 
-from ..logs import sdk_logger
-from ..transport.ice import close_peer
+from ...logs import sdk_logger
+from ...transport.ice import close_peer
 
 if TYPE_CHECKING:
     from .conversation import Conversation

@@ -41,9 +41,9 @@ import numpy as np
 from aiohttp import web
 from aiortc.mediastreams import MediaStreamError
 
-from ..logs import sdk_logger
+from ...logs import sdk_logger
 from .rtc_util import _close_pc
-from .synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, _PacedTrack
+from ..synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, _PacedTrack
 
 if TYPE_CHECKING:
     from .server import StagingServer

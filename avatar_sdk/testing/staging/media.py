@@ -16,7 +16,7 @@
   available, else whatever the offer allows, VP8 in aiortc) and a 48 kHz tone while the
   conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
   per process (:class:`~.synthetic.OpusToneTrack`): a viewer costs no audio encoding.
-* **Faults** (driven through :class:`~avatar_sdk.testing.faults.Faults`): ICE failure,
+* **Faults** (driven through :class:`~avatar_sdk.testing.staging.faults.Faults`): ICE failure,
   media stall, frozen video, lost video packets (:mod:`.packet_loss`), WHEP 404, stuck
   ICE (no answer / no candidates).
 
@@ -38,9 +38,9 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc import sdp as sdp_parser
 
-from ..logs import sdk_logger
-from ..transport.ice import set_local_description
-from ..wire.names import In, Out
+from ...logs import sdk_logger
+from ...transport.ice import set_local_description
+from ...wire.names import In, Out
 from .asr_peer import AsrPeer, AsrStats
 from .packet_loss import VideoPacketLoss
 from .rtc_util import (
@@ -60,7 +60,7 @@ from .rtc_util import (
     strip_candidates,
 )
 from .scripted import ScriptedStagingSession
-from .synthetic import MediaGate, OpusToneTrack, PatternTrack
+from ..synthetic import MediaGate, OpusToneTrack, PatternTrack
 
 if TYPE_CHECKING:
     from aiortc.mediastreams import MediaStreamTrack

@@ -14,14 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..logs import sdk_logger
-from ..wire.names import In
+from ...logs import sdk_logger
+from ...wire.names import In
 from .vad import UtteranceDetector
 
 if TYPE_CHECKING:
     from .server import StagingServer
 
-log = sdk_logger("avatar_sdk.testing.server")
+log = sdk_logger("avatar_sdk.testing.staging.server")
 
 
 @dataclass
