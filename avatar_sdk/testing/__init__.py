@@ -15,14 +15,14 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ..clock import FakeClock
-    from .staging.brain import Brain
-    from .staging.conversation import Conversation, ReceivedEvent
     from .expect import EventSequence, expect_events
-    from .staging.faults import Faults
-    from .staging.media import AsrPeer, AsrStats, StagingMedia, WhepViewer
     from .netlab import NetworkLab
     from .process import StagingProcess
     from .replay import Divergence, ReplayResult, ReplayServer, replay_cassette
+    from .staging.brain import Brain
+    from .staging.conversation import Conversation, ReceivedEvent
+    from .staging.faults import Faults
+    from .staging.media import AsrPeer, AsrStats, StagingMedia, WhepViewer
     from .staging.server import StagingServer
     from .synthetic import read_frame_counter
 

@@ -37,6 +37,7 @@ __all__ = [
     "AUDIO_RATE",
     "MediaGate",
     "OpusToneTrack",
+    "PacedTrack",
     "PatternTrack",
     "ToneTrack",
     "audio_rms",
@@ -82,7 +83,7 @@ class MediaGate:
                 await asyncio.wait_for(self._resumed.wait(), None if math.isinf(left) else left)
 
 
-class _PacedTrack(MediaStreamTrack):
+class PacedTrack(MediaStreamTrack):
     """Wall-clock pacing shared by the synthetic tracks."""
 
     def __init__(self, period: float, gate: MediaGate | None) -> None:
@@ -112,7 +113,7 @@ class _PacedTrack(MediaStreamTrack):
         return now - self._start
 
 
-class PatternTrack(_PacedTrack):
+class PatternTrack(PacedTrack):
     """A moving test pattern; frame ``n`` carries ``n`` in its top band."""
 
     kind = "video"
@@ -192,7 +193,7 @@ def read_frame_counter(frame: av.VideoFrame) -> int | None:
     return word & 0xFFFFFF
 
 
-class _Voice(_PacedTrack):
+class _Voice(PacedTrack):
     """A 20 ms audio slot each ``recv``: the tone while ``active()`` says so (the avatar is
     speaking), silence otherwise. Subclasses say how a slot is carried."""
 

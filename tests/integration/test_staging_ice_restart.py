@@ -20,7 +20,7 @@ from avatar_sdk import AvatarSession, ErrorCode
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.media import IcePath
-from avatar_sdk.testing.staging.rtc_util import _blackhole, strip_candidates
+from avatar_sdk.testing.staging.rtc_util import blackhole, strip_candidates
 from avatar_sdk.transport.asr import AsrUplink
 from avatar_sdk.transport.media import MediaLanes
 from avatar_sdk.wire import In, Out, build_asr_offer
@@ -110,11 +110,11 @@ async def test_audio_reaches_the_answerer_after_a_client_ice_restart(
         assert peer is not None and peer._path is not None
         server_pc, server_path = peer.pc, peer._path
         if dead == "client":
-            _blackhole(path.active)
+            blackhole(path.active)
         elif dead == "server":
             assert await staging.faults.ice_failure("asr", mode="blackhole") == 1
         elif dead == "server_gave_up":
-            _blackhole(path.active)
+            blackhole(path.active)
             await server_path.active.close()  # what aioice does after 6 missed consents
             assert await until(lambda: staging.media.asr_stats(sid).ice_state == "failed", 3)
         await restart_uplink_ice(session, path, trickle=trickle)
