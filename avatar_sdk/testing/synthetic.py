@@ -1,6 +1,6 @@
 """Synthetic media for the staging backend: the avatar's "face" and "voice".
 
-PyAV and numpy:
+PyAV:
 
 * :class:`PatternTrack`: a moving grey-scale pattern whose top band encodes the frame
   counter in 32 black/white blocks (8-bit marker + 24-bit counter), readable after a lossy
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import av
-import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..media.opus import OPUS_SILENCE, encoded_tone, opus_packet, tone_second
@@ -40,7 +39,6 @@ __all__ = [
     "PacedTrack",
     "PatternTrack",
     "ToneTrack",
-    "audio_rms",
     "read_frame_counter",
 ]
 
@@ -271,33 +269,3 @@ class OpusToneTrack(_Voice):
         pts, speaking = await self._slot()
         payload = self._cycle[(pts // AUDIO_FRAME) % len(self._cycle)] if speaking else OPUS_SILENCE
         return opus_packet(payload, AUDIO_FRAME, pts)
-
-
-_SAMPLE_TYPES = {"s16": ("h", 32768.0), "s16p": ("h", 32768.0), "flt": ("f", 1.0)}
-_SAMPLE_TYPES["fltp"] = _SAMPLE_TYPES["flt"]
-_SAMPLE_TYPES["s32"] = _SAMPLE_TYPES["s32p"] = ("i", 2147483648.0)
-
-
-def audio_rms(frame: av.AudioFrame) -> float:
-    """RMS of every sample of ``frame``, full scale = 1.0 (0.0 for an unknown format).
-
-    numpy over the planes' buffers: the staging server levels every uplink frame of
-    every session, so this must not loop over samples in Python.
-    """
-    kind = _SAMPLE_TYPES.get(frame.format.name)
-    if kind is None or not frame.samples:
-        return 0.0
-    code, scale = kind
-    dtype = np.dtype(code)
-    per_plane = frame.samples * (1 if frame.format.is_planar else len(frame.layout.channels))
-    total = 0.0
-    count = 0
-    for plane in frame.planes:
-        view = memoryview(plane)
-        values = np.frombuffer(
-            view, dtype=dtype, count=min(per_plane, view.nbytes // dtype.itemsize)
-        )
-        wide = values.astype(np.float64)
-        total += float(np.dot(wide, wide))
-        count += values.size
-    return math.sqrt(total / count) / scale if count else 0.0

@@ -24,9 +24,9 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
 from ...logs import sdk_logger
+from ...media.levels import frame_rms
 from ...transport.ice import close_ice_connection, guard_connection, set_local_description
 from ...transport.loop_decode import decode_audio_on_loop
-from ..synthetic import audio_rms
 from .rtc_util import IcePath, blackhole, close_pc, ice_transports, rtc_configuration
 from .state import UplinkHost
 
@@ -316,7 +316,7 @@ class AsrPeer:
             while True:
                 frame = await track.recv()
                 now = time.monotonic()
-                rms = audio_rms(frame) if isinstance(frame, av.AudioFrame) else 0.0
+                rms = frame_rms(frame) if isinstance(frame, av.AudioFrame) else 0.0
                 self.frames += 1
                 self._rms_sum += rms
                 self.last_rms = rms
