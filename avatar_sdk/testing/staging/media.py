@@ -15,7 +15,8 @@
   it. The answerer sends a synthetic moving pattern (H264 when offered and libx264 is
   available, else whatever the offer allows, VP8 in aiortc) and a 48 kHz tone while the
   conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
-  per process (:class:`~.synthetic.OpusToneTrack`): a viewer costs no audio encoding.
+  per process (:class:`~avatar_sdk.testing.synthetic.OpusToneTrack`): a viewer costs no
+  audio encoding.
 * **Faults** (driven through :class:`~avatar_sdk.testing.staging.faults.Faults`): ICE failure,
   media stall, frozen video, lost video packets (:mod:`.packet_loss`), WHEP 404, stuck
   ICE (no answer / no candidates).

@@ -132,7 +132,9 @@ class StagingServer:
             ping_interval=25,
             ping_timeout=20,
         )
-        # The parts, each handed only what it uses (see .state): no part sees the server.
+        # The parts, each handed only what it uses (see .state). Where that is a value the
+        # server holds and a test changes at run time (token, pacing, cap), the server is
+        # passed as that narrow protocol; no part imports this module.
         self.conversations: dict[str, Conversation] = {}
         self.emitted: Counter[str] = Counter()
         self.brain = Brain(self.conversations)
