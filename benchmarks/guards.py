@@ -36,7 +36,7 @@ from avatar_sdk.events.bus import Event
 from avatar_sdk.guards.brain import ConversationGuards
 from avatar_sdk.session.conversation import ConversationView
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.brain import Brain
+from avatar_sdk.testing.staging.brain import Brain
 from avatar_sdk.wire import In, make_speech_id, parse_event
 
 from .harness import Stamp, describe_error, ms

@@ -265,12 +265,12 @@ async def serve(
     one_session_per_thread: bool = False,
 ) -> int:
     """Run the staging backend until interrupted, with its HTTP control API
-    (:mod:`avatar_sdk.testing.control`, documented in ``docs/testing.md``)."""
+    (:mod:`avatar_sdk.testing.staging.control`, documented in ``docs/testing.md``)."""
     # Here, not at the top: the staging server pulls in aiortc, PyAV, Socket.IO and aiohttp
     # (most of a second), which `avatar-sdk --help` and the other commands never need.
     from ..testing import StagingServer  # noqa: PLC0415
-    from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415
-    from ..testing.scripted import AGENTIC_PREFIX  # noqa: PLC0415
+    from ..testing.staging.control import CONTROL_PREFIX  # noqa: PLC0415
+    from ..testing.staging.scripted import AGENTIC_PREFIX  # noqa: PLC0415
 
     staging = StagingServer(
         host=host,

@@ -299,7 +299,7 @@ class ScenarioContext:
         does not answer (or answers something that is not JSON)."""
         import aiohttp  # noqa: PLC0415
 
-        from ..testing.control import CONTROL_PREFIX  # noqa: PLC0415 - aiohttp only
+        from ..testing.staging.control import CONTROL_PREFIX  # noqa: PLC0415 - aiohttp only
 
         base = self.spec.control_url
         if not base:

@@ -19,7 +19,8 @@ from .devices import (
     device_error,
 )
 from .encoded import EncodedSilenceSource, EncodedToneSource, OpusFileSource
-from .sinks import AudioLevelMeter, FrameIterator, Recorder, frame_rms, record_avatar
+from .levels import frame_rms
+from .sinks import AudioLevelMeter, FrameIterator, Recorder, record_avatar
 from .sources import (
     FRAME_SAMPLES,
     FRAME_SECONDS,

@@ -4,8 +4,8 @@ A received aiortc track must be read continuously or its frames pile up; bots ra
 keep pace with 50 audio frames and 30 video frames a second. :class:`FrameIterator`
 reads on its own task into a small buffer that drops the *oldest* frames, so a slow
 consumer always sees recent media and memory stays bounded. :class:`AudioLevelMeter`
-turns audio frames into RMS levels (is the avatar speaking?), and :func:`record_avatar`
-writes the tracks to a file (:mod:`.recorder`).
+turns audio frames into RMS levels (is the avatar speaking? :mod:`.levels`), and
+:func:`record_avatar` writes the tracks to a file (:mod:`.recorder`).
 
 A track delivers each frame once: give each sink its own track, or fan one out with
 ``aiortc.contrib.media.MediaRelay``. Sinks never stop the tracks they read (the session
@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections import deque
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Self
 
 import av
-import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.frame import Frame
 
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
+from .levels import frame_rms
 from .recorder import Recorder, record_avatar
 
 __all__ = [
@@ -130,60 +129,6 @@ class FrameIterator:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-# --------------------------------------------------------------------------- levels
-
-#: sample format → (array typecode, full-scale value)
-_FORMATS: Final[dict[str, tuple[str, float]]] = {
-    "s16": ("h", 32768.0),
-    "s16p": ("h", 32768.0),
-    "s32": ("i", 2147483648.0),
-    "s32p": ("i", 2147483648.0),
-    "flt": ("f", 1.0),
-    "fltp": ("f", 1.0),
-    "dbl": ("d", 1.0),
-    "dblp": ("d", 1.0),
-}
-
-
-def frame_rms(frame: av.AudioFrame) -> float:
-    """Root-mean-square level of an audio frame over all channels, 1.0 = full scale.
-
-    Vectorised (numpy over the planes' buffers, no copy of the samples): a few
-    microseconds per 20 ms frame, where a Python loop over the samples cost ~50-100.
-    """
-    if frame.format.name not in _FORMATS:
-        converter = av.AudioResampler(
-            format="s16", layout=frame.layout, rate=frame.sample_rate or None
-        )
-        converted = converter.resample(frame)
-        if not converted:
-            return 0.0
-        samples = sum(f.samples for f in converted)
-        energy = sum(frame_rms(f) ** 2 * f.samples for f in converted)
-        return math.sqrt(energy / samples) if samples else 0.0
-    typecode, full_scale = _FORMATS[frame.format.name]
-    total, count = _energy(frame, np.dtype(typecode))
-    if not count:
-        return 0.0
-    return math.sqrt(total / count) / full_scale
-
-
-def _energy(frame: av.AudioFrame, dtype: np.dtype[Any]) -> tuple[float, int]:
-    """Sum of squared samples over every plane of ``frame``, and how many samples."""
-    per_plane = frame.samples * (1 if frame.format.is_planar else len(frame.layout.channels))
-    total = 0.0
-    count = 0
-    for plane in frame.planes:
-        view = memoryview(plane)
-        values = np.frombuffer(
-            view, dtype=dtype, count=min(per_plane, view.nbytes // dtype.itemsize)
-        )
-        wide = values.astype(np.float64)  # int16 squares summed in float64 are exact
-        total += float(np.dot(wide, wide))
-        count += values.size
-    return total, count
 
 
 class AudioLevelMeter:

@@ -15,35 +15,35 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ..clock import FakeClock
-    from .brain import Brain
-    from .conversation import Conversation, ReceivedEvent
     from .expect import EventSequence, expect_events
-    from .faults import Faults
-    from .media import AsrPeer, AsrStats, StagingMedia, WhepViewer
     from .netlab import NetworkLab
     from .process import StagingProcess
     from .replay import Divergence, ReplayResult, ReplayServer, replay_cassette
-    from .server import StagingServer
+    from .staging.brain import Brain
+    from .staging.conversation import Conversation, ReceivedEvent
+    from .staging.faults import Faults
+    from .staging.media import AsrPeer, AsrStats, StagingMedia, WhepViewer
+    from .staging.server import StagingServer
     from .synthetic import read_frame_counter
 
 #: Public name -> the module that defines it (relative to this package).
 _EXPORTS: dict[str, str] = {
-    "AsrPeer": ".media",
-    "AsrStats": ".media",
-    "Brain": ".brain",
-    "Conversation": ".conversation",
+    "AsrPeer": ".staging.media",
+    "AsrStats": ".staging.media",
+    "Brain": ".staging.brain",
+    "Conversation": ".staging.conversation",
     "Divergence": ".replay",
     "EventSequence": ".expect",
     "FakeClock": "..clock",
-    "Faults": ".faults",
+    "Faults": ".staging.faults",
     "NetworkLab": ".netlab",
-    "ReceivedEvent": ".conversation",
+    "ReceivedEvent": ".staging.conversation",
     "ReplayResult": ".replay",
     "ReplayServer": ".replay",
-    "StagingMedia": ".media",
+    "StagingMedia": ".staging.media",
     "StagingProcess": ".process",
-    "StagingServer": ".server",
-    "WhepViewer": ".media",
+    "StagingServer": ".staging.server",
+    "WhepViewer": ".staging.media",
     "expect_events": ".expect",
     "read_frame_counter": ".synthetic",
     "replay_cassette": ".replay",

@@ -18,7 +18,7 @@ from typing import Any
 from ..config import RenewalPolicy, SessionConfig
 from ..events.bus import Event
 from ..session.facade import AvatarSession
-from .server import StagingServer
+from .staging.server import StagingServer
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 from ..besteffort import best_effort
 from ..errors import AvatarError, ErrorCode
 from ..logs import logger_levels, sdk_logger, set_logger_levels
-from .control import CONTROL_PREFIX
+from .staging.control import CONTROL_PREFIX
 
 __all__ = ["StagingProcess"]
 
@@ -43,7 +43,7 @@ def _serve(
 
 
 async def _serve_async(conn: Connection, options: dict[str, Any]) -> None:
-    from .server import StagingServer  # noqa: PLC0415
+    from .staging.server import StagingServer  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

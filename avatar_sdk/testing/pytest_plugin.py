@@ -46,7 +46,7 @@ from .leaks import LeakCheck
 if TYPE_CHECKING:
     from ..session.facade import AvatarSession
     from .replay import ReplayServer
-    from .server import StagingServer
+    from .staging.server import StagingServer
 
 try:
     import pytest_asyncio
@@ -264,7 +264,7 @@ if pytest_asyncio is not None:
     async def staging(request: pytest.FixtureRequest) -> AsyncIterator[StagingServer]:
         """A running staging backend for one test. Stopped afterwards; a session built
         for it and still open by then fails the test (and is closed)."""
-        from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
+        from .staging.server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         server = StagingServer()
         await server.start()
@@ -278,7 +278,7 @@ if pytest_asyncio is not None:
         """``await staging_factory(**options)``: a started ``StagingServer(**options)``
         (``audio_only``, ``recovery_window``, ``ssl_context``...); all stopped afterwards,
         checked like ``staging``."""
-        from .server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
+        from .staging.server import StagingServer  # noqa: PLC0415 - lazy: the plugin stays cheap
 
         servers: list[StagingServer] = []
 

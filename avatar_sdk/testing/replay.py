@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -44,9 +44,9 @@ from ..logs import sdk_logger
 from ..observe import Observer
 from ..session.facade import AvatarSession
 from ..wire.names import In, Out
-from .conversation import Conversation, ReceivedEvent
-from .media import StagingMedia
-from .server import StagingServer
+from .staging.conversation import Conversation, ReceivedEvent
+from .staging.media import StagingMedia
+from .staging.server import StagingServer
 
 log = sdk_logger(__name__)
 
@@ -187,8 +187,14 @@ def script_of(cassette: Cassette) -> list[Record]:
 class _ReplayMedia(StagingMedia):
     """The staging's real media; WHEP POSTs answer the recorded statuses in order."""
 
-    def __init__(self, server: ReplayServer, statuses: list[tuple[int, str]]) -> None:
-        super().__init__(server)
+    def __init__(
+        self,
+        conversations: Mapping[str, Conversation],
+        statuses: list[tuple[int, str]],
+        *,
+        asr_report_interval: float | None = None,
+    ) -> None:
+        super().__init__(conversations, asr_report_interval=asr_report_interval)
         self._recorded = deque(statuses)
 
     async def _whep_post(self, request: web.Request) -> web.Response:
@@ -221,13 +227,6 @@ class ReplayServer(StagingServer):
         staging.setdefault("token", "replay-dummy-token")
         super().__init__(**staging)
         http = self.cassette.of_kind("http")
-        whep = [
-            (int(r.data.get("status") or 0), str(r.data.get("response") or ""))
-            for r in http
-            if r.data.get("service") == "whep" and r.data.get("method") == "POST"
-            and r.data.get("status") is not None
-        ]  # fmt: skip
-        self.media = _ReplayMedia(self, whep)
         self._genie: dict[str, deque[tuple[int, str]]] = {}
         for r in http:
             if r.data.get("service") == "genie" and r.data.get("status") is not None:
@@ -257,6 +256,16 @@ class ReplayServer(StagingServer):
         )  # fmt: skip
         self.sent_in = 0  # scripted inbound events sent
         self._driver: asyncio.Task[None] | None = None
+
+    def make_media(self, asr_report_interval: float | None) -> StagingMedia:
+        """The staging's media, answering WHEP POSTs with the cassette's statuses first."""
+        whep = [
+            (int(r.data.get("status") or 0), str(r.data.get("response") or ""))
+            for r in self.cassette.of_kind("http")
+            if r.data.get("service") == "whep" and r.data.get("method") == "POST"
+            and r.data.get("status") is not None
+        ]  # fmt: skip
+        return _ReplayMedia(self.conversations, whep, asr_report_interval=asr_report_interval)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> ReplayServer:

@@ -1,6 +1,6 @@
 """Synthetic media for the staging backend: the avatar's "face" and "voice".
 
-PyAV and numpy:
+PyAV:
 
 * :class:`PatternTrack`: a moving grey-scale pattern whose top band encodes the frame
   counter in 32 black/white blocks (8-bit marker + 24-bit counter), readable after a lossy
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import av
-import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..media.opus import OPUS_SILENCE, encoded_tone, opus_packet, tone_second
@@ -37,9 +36,9 @@ __all__ = [
     "AUDIO_RATE",
     "MediaGate",
     "OpusToneTrack",
+    "PacedTrack",
     "PatternTrack",
     "ToneTrack",
-    "audio_rms",
     "read_frame_counter",
 ]
 
@@ -82,7 +81,7 @@ class MediaGate:
                 await asyncio.wait_for(self._resumed.wait(), None if math.isinf(left) else left)
 
 
-class _PacedTrack(MediaStreamTrack):
+class PacedTrack(MediaStreamTrack):
     """Wall-clock pacing shared by the synthetic tracks."""
 
     def __init__(self, period: float, gate: MediaGate | None) -> None:
@@ -112,7 +111,7 @@ class _PacedTrack(MediaStreamTrack):
         return now - self._start
 
 
-class PatternTrack(_PacedTrack):
+class PatternTrack(PacedTrack):
     """A moving test pattern; frame ``n`` carries ``n`` in its top band."""
 
     kind = "video"
@@ -192,7 +191,7 @@ def read_frame_counter(frame: av.VideoFrame) -> int | None:
     return word & 0xFFFFFF
 
 
-class _Voice(_PacedTrack):
+class _Voice(PacedTrack):
     """A 20 ms audio slot each ``recv``: the tone while ``active()`` says so (the avatar is
     speaking), silence otherwise. Subclasses say how a slot is carried."""
 
@@ -270,33 +269,3 @@ class OpusToneTrack(_Voice):
         pts, speaking = await self._slot()
         payload = self._cycle[(pts // AUDIO_FRAME) % len(self._cycle)] if speaking else OPUS_SILENCE
         return opus_packet(payload, AUDIO_FRAME, pts)
-
-
-_SAMPLE_TYPES = {"s16": ("h", 32768.0), "s16p": ("h", 32768.0), "flt": ("f", 1.0)}
-_SAMPLE_TYPES["fltp"] = _SAMPLE_TYPES["flt"]
-_SAMPLE_TYPES["s32"] = _SAMPLE_TYPES["s32p"] = ("i", 2147483648.0)
-
-
-def audio_rms(frame: av.AudioFrame) -> float:
-    """RMS of every sample of ``frame``, full scale = 1.0 (0.0 for an unknown format).
-
-    numpy over the planes' buffers: the staging server levels every uplink frame of
-    every session, so this must not loop over samples in Python.
-    """
-    kind = _SAMPLE_TYPES.get(frame.format.name)
-    if kind is None or not frame.samples:
-        return 0.0
-    code, scale = kind
-    dtype = np.dtype(code)
-    per_plane = frame.samples * (1 if frame.format.is_planar else len(frame.layout.channels))
-    total = 0.0
-    count = 0
-    for plane in frame.planes:
-        view = memoryview(plane)
-        values = np.frombuffer(
-            view, dtype=dtype, count=min(per_plane, view.nbytes // dtype.itemsize)
-        )
-        wide = values.astype(np.float64)
-        total += float(np.dot(wide, wide))
-        count += values.size
-    return math.sqrt(total / count) / scale if count else 0.0

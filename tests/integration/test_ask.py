@@ -17,7 +17,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode, Event, Reply, SpeechHandle
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.conversation import Conversation
+from avatar_sdk.testing.staging.conversation import Conversation
 
 from .conftest import FAST, HANG_GUARD, SessionFactory, until
 

@@ -30,7 +30,7 @@ from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk._cli.main import main
 from avatar_sdk.session.diagram import mermaid
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.control import BRAIN_SCRIPTS, fault_names
+from avatar_sdk.testing.staging.control import BRAIN_SCRIPTS, fault_names
 
 from .conftest import FAST, until
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Top-level packages (and SDK modules) a ``--help`` must not load: each costs tens to
 #: hundreds of milliseconds at start.
 HEAVY = ("aiortc", "av", "socketio", "engineio", "aiohttp", "aioice", "numpy")
-HEAVY_SDK = ("avatar_sdk.testing.server", "avatar_sdk.session", "avatar_sdk.transport")
+HEAVY_SDK = ("avatar_sdk.testing.staging.server", "avatar_sdk.session", "avatar_sdk.transport")
 
 _CHILD = """
 import json, runpy, sys

@@ -12,7 +12,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.media import ToneSource
-from avatar_sdk.testing.rtc_util import _blackhole, _ice_transports
+from avatar_sdk.testing.staging.rtc_util import blackhole, ice_transports
 from avatar_sdk.transport.asr import AsrUplink, UplinkTrack
 from avatar_sdk.transport.consent import _ice_connection
 
@@ -55,8 +55,8 @@ async def test_the_probe_is_answered_on_a_live_path_and_not_on_a_dead_one() -> N
         assert not consent.is_overdue()
         assert consent.sent >= consent.answers
         # The far end's path goes silent (no close): the answers stop, the verdict comes.
-        for ice in _ice_transports(far):
-            _blackhole(ice._connection)
+        for ice in ice_transports(far):
+            blackhole(ice._connection)
         assert await until(consent.is_overdue, 3 * STALL)
         assert uplink.pc.connectionState == "connected"  # aiortc has not noticed (~30 s)
     finally:

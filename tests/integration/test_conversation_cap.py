@@ -9,7 +9,7 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.brain import RECALL_PROMPT
+from avatar_sdk.testing.staging.brain import RECALL_PROMPT
 from avatar_sdk.wire import In
 
 from .conftest import FAST, HANG_GUARD, SessionFactory, until

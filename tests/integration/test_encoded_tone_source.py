@@ -20,9 +20,10 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.media import EncodedSilenceSource, EncodedToneSource
+from avatar_sdk.media.levels import frame_rms
 from avatar_sdk.media.opus import OPUS_SILENCE, encoded_tone
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.synthetic import OpusToneTrack, audio_rms
+from avatar_sdk.testing.synthetic import OpusToneTrack
 
 from .test_opus_file_source import FILE_LEVEL, _heard, _session, take
 
@@ -94,7 +95,7 @@ async def test_a_stock_aiortc_sender_sends_the_packets_on_their_own_timestamps()
         source.stop()
     steps = {b.pts - a.pts for a, b in itertools.pairwise(frames[10:])}
     assert steps == {960}  # one packet per 20 ms of RTP clock
-    levels = [audio_rms(f) for f in frames[10:]]
+    levels = [frame_rms(f) for f in frames[10:]]
     tone = 0.3 / math.sqrt(2)
     assert all(abs(level - tone) < 0.03 for level in levels), levels
 

@@ -22,8 +22,8 @@ from aiortc import RTCPeerConnection
 from avatar_sdk import AvatarSession
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.asr_peer import AsrPeer
-from avatar_sdk.testing.media import StagingMedia
+from avatar_sdk.testing.staging.asr_peer import AsrPeer
+from avatar_sdk.testing.staging.media import StagingMedia
 from avatar_sdk.transport.asr import AsrUplink, UplinkTrack
 from avatar_sdk.transport.ice import (
     close_peer,

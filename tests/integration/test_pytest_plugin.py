@@ -294,7 +294,7 @@ def test_importing_the_plugin_is_cheap() -> None:
     code = (
         "import sys, avatar_sdk.testing.pytest_plugin\n"
         "heavy = [m for m in ('socketio', 'aiortc', 'aiohttp', 'numpy',"
-        " 'avatar_sdk.session.facade', 'avatar_sdk.testing.server') if m in sys.modules]\n"
+        " 'avatar_sdk.session.facade', 'avatar_sdk.testing.staging.server') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run(

@@ -12,7 +12,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode, Event, RenewalPolicy
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.brain import RECALL_PROMPT
+from avatar_sdk.testing.staging.brain import RECALL_PROMPT
 
 from .conftest import FAST, HANG_GUARD, SessionFactory, until
 

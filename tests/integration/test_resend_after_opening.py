@@ -17,7 +17,7 @@ import pytest
 
 from avatar_sdk.guards.brain import SPIRAL_RECOVERY_PREFIX
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.conversation import Conversation
+from avatar_sdk.testing.staging.conversation import Conversation
 from avatar_sdk.wire import In, Out
 
 from .conftest import FAST, SessionFactory, until

@@ -2,7 +2,7 @@
 the restart offer in place and audio keeps reaching its ASR answerer, as after a fresh peer.
 
 The client is the SDK's own uplink peer. aiortc cannot restart ICE by itself, so the test
-does what a browser's ``restartIce()`` does with :class:`~avatar_sdk.testing.media.IcePath`
+does what a browser's ``restartIce()`` does with :class:`~avatar_sdk.testing.staging.media.IcePath`
 (RECOVERY-NOTES: a new aioice connection under the same DTLS session), installed on every
 SDK uplink from its birth, before DTLS starts, as an ICE agent owns its path.
 """
@@ -19,8 +19,8 @@ from aiortc.rtcicetransport import candidate_to_aioice
 from avatar_sdk import AvatarSession, ErrorCode
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.media import IcePath
-from avatar_sdk.testing.rtc_util import _blackhole, strip_candidates
+from avatar_sdk.testing.staging.media import IcePath
+from avatar_sdk.testing.staging.rtc_util import blackhole, strip_candidates
 from avatar_sdk.transport.asr import AsrUplink
 from avatar_sdk.transport.media import MediaLanes
 from avatar_sdk.wire import In, Out, build_asr_offer
@@ -110,11 +110,11 @@ async def test_audio_reaches_the_answerer_after_a_client_ice_restart(
         assert peer is not None and peer._path is not None
         server_pc, server_path = peer.pc, peer._path
         if dead == "client":
-            _blackhole(path.active)
+            blackhole(path.active)
         elif dead == "server":
             assert await staging.faults.ice_failure("asr", mode="blackhole") == 1
         elif dead == "server_gave_up":
-            _blackhole(path.active)
+            blackhole(path.active)
             await server_path.active.close()  # what aioice does after 6 missed consents
             assert await until(lambda: staging.media.asr_stats(sid).ice_state == "failed", 3)
         await restart_uplink_ice(session, path, trickle=trickle)

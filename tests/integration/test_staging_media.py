@@ -26,10 +26,11 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription, s
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
+from avatar_sdk.media.levels import frame_rms
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.leaks import media_tasks
-from avatar_sdk.testing.media import IcePath
-from avatar_sdk.testing.synthetic import audio_rms, read_frame_counter
+from avatar_sdk.testing.staging.media import IcePath
+from avatar_sdk.testing.synthetic import read_frame_counter
 from avatar_sdk.transport.csr import RecoveringAsyncClient
 from avatar_sdk.wire import build_join
 
@@ -397,13 +398,13 @@ async def test_whep_subscribe_receives_h264_pattern_and_voice(
     assert staging.media.viewers_of(stream)[0].video_codec == "video/H264"
     # Silence while the avatar is quiet, the tone while it speaks.
     quiet = await frames(tracks["audio"], 5)
-    assert max(audio_rms(f) for f in quiet) < 0.001
+    assert max(frame_rms(f) for f in quiet) < 0.001
     staging.conversations[client.sid].speaking = True
     loud = 0.0
     for _ in range(100):
         frame = await asyncio.wait_for(tracks["audio"].recv(), 2)
         assert isinstance(frame, av.AudioFrame)
-        loud = max(loud, audio_rms(frame))
+        loud = max(loud, frame_rms(frame))
         if loud > 0.05:
             break
     assert loud > 0.05

@@ -20,9 +20,9 @@ from avatar_sdk import AvatarSession, ChatSession, RetryPolicy, SessionConfig
 from avatar_sdk.events.bus import EventBus, EventSource
 from avatar_sdk.fleet.context import ScenarioContext
 from avatar_sdk.fleet.plan import SessionSpec
-from avatar_sdk.testing.brain import Brain
 from avatar_sdk.testing.expect import expect_events
-from avatar_sdk.testing.faults import Faults
+from avatar_sdk.testing.staging.brain import Brain
+from avatar_sdk.testing.staging.faults import Faults
 
 SURFACE: tuple[type, ...] = (
     AvatarSession,

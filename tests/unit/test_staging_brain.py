@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from avatar_sdk.testing import Brain
-from avatar_sdk.testing.brain import ToolSegment
-from avatar_sdk.testing.conversation import TurnProgress
-from avatar_sdk.testing.vad import ListenConfig, UtteranceDetector
+from avatar_sdk.testing.staging.brain import ToolSegment
+from avatar_sdk.testing.staging.conversation import TurnProgress
+from avatar_sdk.testing.staging.vad import ListenConfig, UtteranceDetector
 from avatar_sdk.wire import In, make_speech_id
 
 SPEECH = make_speech_id("transcript", "open the filing", nonce="ab12")

@@ -9,8 +9,9 @@ import time
 
 import av
 
+from avatar_sdk.media.levels import frame_rms
 from avatar_sdk.media.opus import OPUS_SILENCE
-from avatar_sdk.testing.synthetic import AUDIO_FRAME, MediaGate, OpusToneTrack, audio_rms
+from avatar_sdk.testing.synthetic import AUDIO_FRAME, MediaGate, OpusToneTrack
 
 
 def _decode(payloads: list[bytes]) -> list[av.AudioFrame]:
@@ -40,7 +41,7 @@ async def test_the_voice_is_a_shared_precomputed_cycle_at_the_tone_level() -> No
     assert {bytes(p) for p in quiet} == {OPUS_SILENCE}
     assert first.tone_frames == 60 and first.frames_sent == 63
     frames = _decode([bytes(p) for p in loud + quiet])
-    levels = [audio_rms(f) for f in frames]
+    levels = [frame_rms(f) for f in frames]
     tone = 0.3 / math.sqrt(2)
     # Steady at the tone's level across the cycle's wrap (no glitch), then exact zeros.
     assert all(abs(level - tone) < 0.03 for level in levels[5:60]), levels[:60]

@@ -15,8 +15,9 @@
   it. The answerer sends a synthetic moving pattern (H264 when offered and libx264 is
   available, else whatever the offer allows, VP8 in aiortc) and a 48 kHz tone while the
   conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
-  per process (:class:`~.synthetic.OpusToneTrack`): a viewer costs no audio encoding.
-* **Faults** (driven through :class:`~avatar_sdk.testing.faults.Faults`): ICE failure,
+  per process (:class:`~avatar_sdk.testing.synthetic.OpusToneTrack`): a viewer costs no
+  audio encoding.
+* **Faults** (driven through :class:`~avatar_sdk.testing.staging.faults.Faults`): ICE failure,
   media stall, frozen video, lost video packets (:mod:`.packet_loss`), WHEP 404, stuck
   ICE (no answer / no candidates).
 
@@ -30,7 +31,7 @@ import asyncio
 import math
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +39,10 @@ from aiohttp import web
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc import sdp as sdp_parser
 
-from ..logs import sdk_logger
-from ..transport.ice import set_local_description
-from ..wire.names import In, Out
+from ...logs import sdk_logger
+from ...transport.ice import set_local_description
+from ...wire.names import In, Out
+from ..synthetic import MediaGate, OpusToneTrack, PatternTrack
 from .asr_peer import AsrPeer, AsrStats
 from .packet_loss import VideoPacketLoss
 from .rtc_util import (
@@ -49,27 +51,26 @@ from .rtc_util import (
     STUCK_MODES,
     WHEP_PATH,
     WHEP_RESOURCE_PATH,
-    Handler,
     IcePath,
-    _blackhole,
-    _check_channel,
-    _close_pc,
-    _h264_encoder_available,
-    _ice_transports,
-    _rtc_configuration,
+    blackhole,
+    check_channel,
+    close_pc,
+    h264_encoder_available,
+    ice_transports,
+    rtc_configuration,
     strip_candidates,
 )
 from .scripted import ScriptedStagingSession
-from .synthetic import MediaGate, OpusToneTrack, PatternTrack
 
 if TYPE_CHECKING:
     from aiortc.mediastreams import MediaStreamTrack
 
     from .conversation import Conversation
-    from .server import StagingServer
 
     #: What owns a WHEP stream: a conversation, or a scripted avatar session.
     StreamOwner = Conversation | ScriptedStagingSession
+    #: A Socket.IO handler of the ASR signalling.
+    Handler = Callable[[Conversation, dict[str, Any]], Awaitable[None]]
 
 __all__ = ["AsrPeer", "AsrStats", "IcePath", "StagingMedia", "WhepViewer", "strip_candidates"]
 
@@ -135,13 +136,13 @@ class StagingMedia:
 
     def __init__(
         self,
-        server: StagingServer,
+        conversations: Mapping[str, Conversation],
         *,
         video_size: tuple[int, int] = (320, 240),
         video_fps: float = 20.0,
         asr_report_interval: float | None = None,
     ) -> None:
-        self._server = server
+        self._conversations = conversations
         #: The ASR server peers' RTCP receiver-report cadence, read at every report (so it
         #: can change mid-test): None = aiortc's own (every 0.5-1.5 s); ``S`` = at most one
         #: every ``S`` seconds, the first ``S`` after the peer was set up (a libwebrtc-like
@@ -149,10 +150,12 @@ class StagingMedia:
         self.asr_report_interval = asr_report_interval
         self.video_size = video_size
         self.video_fps = video_fps
-        self.h264_available = _h264_encoder_available()
+        self.h264_available = h264_encoder_available()
         self.asr_peers: dict[str, AsrPeer] = {}
         self._ended_asr: dict[str, AsrStats] = {}  # final stats of ended conversations
         self.streams: dict[str, str] = {}  # STV session id -> sid
+        #: The scripted avatar sessions' streams (``open_stream``): stream -> its session.
+        self._scripted: dict[str, ScriptedStagingSession] = {}
         self.viewers: dict[str, WhepViewer] = {}  # WHEP resource id -> viewer
         self.whep_posts = 0
         self.whep_deletes = 0
@@ -186,13 +189,25 @@ class StagingMedia:
 
     def on_uplink_frame(self, sid: str, rms: float, seconds: float) -> None:
         """A decoded ASR frame of ``sid``: the conversation's utterance detector hears it."""
-        conv = self._server.conversations.get(sid)
+        conv = self._conversations.get(sid)
         if conv is not None:
             conv.hear(rms, seconds)
 
     def register_stream(self, conv: Conversation, session_id: str) -> None:
         """``stvNewSession`` answered ``session_id``: WHEP viewers may now subscribe to it."""
         self.streams[session_id] = conv.sid
+
+    def open_stream(self, stream: str, owner: ScriptedStagingSession) -> None:
+        """A scripted avatar session's ``init-client``: WHEP viewers may subscribe to
+        ``stream``, and are sent its voice."""
+        self.streams[stream] = owner.sid
+        self._scripted[stream] = owner
+
+    async def close_stream(self, stream: str, owner_sid: str) -> None:
+        """A scripted avatar session ended: forget ``stream``, close its viewers' peers."""
+        self.streams.pop(stream, None)
+        self._scripted.pop(stream, None)
+        await asyncio.gather(*(close_pc(v.pc) for v in self.viewers.values() if v.sid == owner_sid))
 
     async def close_conversation(self, sid: str) -> None:
         """The conversation ``sid`` ended: close its peers and forget its STV session.
@@ -207,7 +222,7 @@ class StagingMedia:
             self._ended_asr[sid] = peer.stats()
         for stream in [s for s, owner in self.streams.items() if owner == sid]:
             del self.streams[stream]
-        closing += [_close_pc(v.pc) for v in self.viewers.values() if v.sid == sid]
+        closing += [close_pc(v.pc) for v in self.viewers.values() if v.sid == sid]
         if closing:
             await asyncio.gather(*closing)
 
@@ -218,9 +233,10 @@ class StagingMedia:
         viewers = list(self.viewers.values())
         self.asr_peers.clear()
         self.streams.clear()
+        self._scripted.clear()
         self.viewers.clear()
         self._frames_retired += sum(v.video.frames_sent for v in viewers)
-        await asyncio.gather(*(p.close() for p in peers), *(_close_pc(v.pc) for v in viewers))
+        await asyncio.gather(*(p.close() for p in peers), *(close_pc(v.pc) for v in viewers))
 
     # -- assertions helpers ------------------------------------------------------------------
     def asr_peer(self, sid: str) -> AsrPeer | None:
@@ -276,7 +292,7 @@ class StagingMedia:
         included; the client notices through missing media or RTCP (or aioice's consent
         expiry after about 30 s), and the ASR server peer accepts an ICE restart.
         """
-        _check_channel(channel)
+        check_channel(channel)
         if mode not in ICE_FAILURE_MODES:
             raise ValueError(f"mode must be one of {ICE_FAILURE_MODES}, not {mode!r}")
         if channel == "asr":
@@ -285,10 +301,10 @@ class StagingMedia:
         viewers = [v for v in self.viewers.values() if v.is_open]
         for viewer in viewers:
             if mode == "blackhole":
-                for ice in _ice_transports(viewer.pc):
-                    _blackhole(ice._connection)
+                for ice in ice_transports(viewer.pc):
+                    blackhole(ice._connection)
         if mode == "close":
-            await asyncio.gather(*(_close_pc(v.pc) for v in viewers))
+            await asyncio.gather(*(close_pc(v.pc) for v in viewers))
         return len(viewers)
 
     def media_stall(self, channel: str, seconds: float | None = None) -> None:
@@ -298,7 +314,7 @@ class StagingMedia:
         ``asr``: the server drops SRTP/SRTCP both ways: no audio is received and no RTCP
         receiver report reaches the client.
         """
-        _check_channel(channel)
+        check_channel(channel)
         if channel == "stv":
             self.stv_gate.stall(seconds)
         else:
@@ -355,7 +371,7 @@ class StagingMedia:
         return gate
 
     def stuck_ice(self, channel: str, mode: str = "no_answer") -> None:
-        _check_channel(channel)
+        check_channel(channel)
         if mode not in STUCK_MODES:
             raise ValueError(f"mode must be one of {STUCK_MODES}, not {mode!r}")
         self.stuck[channel] = mode
@@ -378,8 +394,8 @@ class StagingMedia:
             return answer
         # Stuck for real: no candidate in the answer, and a server that never answers the
         # client's checks (else the client would still connect through peer-reflexive ones).
-        for ice in _ice_transports(pc):
-            _blackhole(ice._connection)
+        for ice in ice_transports(pc):
+            blackhole(ice._connection)
         return strip_candidates(answer)
 
     # -- ASR signalling ----------------------------------------------------------------------
@@ -456,7 +472,7 @@ class StagingMedia:
                 return self._whep_reply(409, "the stream already has a viewer")
             for stale in self.viewers_of(stream):
                 if stale.is_open:  # never connected (a client that gave up): replaced
-                    await _close_pc(stale.pc)
+                    await close_pc(stale.pc)
             try:
                 viewer = await self._new_viewer(conv, stream, offer)
             except Exception as exc:  # an offer aiortc cannot answer (bad SDP, no codec)
@@ -482,8 +498,9 @@ class StagingMedia:
     def _stream_conversation(self, stream: str) -> StreamOwner | None:
         sid = self.streams.get(stream)
         if sid is not None and sid.startswith("scripted-"):
-            return self._server.scripted.stream_owner(stream)
-        conv = self._server.conversations.get(sid) if sid is not None else None
+            session = self._scripted.get(stream)
+            return session if session is not None and not session.ended else None
+        conv = self._conversations.get(sid) if sid is not None else None
         return conv if conv is not None and not conv.ended else None
 
     async def _hold(self, request: web.Request) -> bool:
@@ -512,7 +529,7 @@ class StagingMedia:
         else:
             talking = conv
             audio = OpusToneTrack(active=lambda: talking.speaking and not talking.ended, gate=gate)
-        pc = RTCPeerConnection(_rtc_configuration())
+        pc = RTCPeerConnection(rtc_configuration())
         viewer = WhepViewer(secrets.token_hex(8), stream, conv.sid, pc, video, audio)
         try:
             # Transceivers in the offer's m-line order, so each one is matched to its line.
@@ -531,10 +548,10 @@ class StagingMedia:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
             await set_local_description(pc, await pc.createAnswer())
         except BaseException:
-            await _close_pc(pc)
+            await close_pc(pc)
             raise
         if self._stopping or conv.ended:  # ended while answering: nobody would close it
-            await _close_pc(pc)
+            await close_pc(pc)
             raise RuntimeError("the conversation has ended")
         answer = sdp_parser.SessionDescription.parse(pc.localDescription.sdp)
         for media in answer.media:
@@ -561,7 +578,7 @@ class StagingMedia:
             return web.Response(status=404, text="unknown WHEP resource")
         viewer.deleted = True
         self._frames_retired += viewer.video.frames_sent
-        await _close_pc(viewer.pc)
+        await close_pc(viewer.pc)
         self.whep_delete_statuses.append(200)
         return web.Response(status=200)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import secrets
 import ssl
 import time
@@ -26,18 +25,19 @@ import socketio
 from aiohttp import web
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from ..besteffort import best_effort
-from ..logs import sdk_logger
-from ..transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
-from ..wire.names import In, Out
+from ...besteffort import best_effort
+from ...logs import sdk_logger
+from ...transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
+from ...wire.names import In, Out
 from .brain import Brain
 from .control import control_routes
-from .conversation import Conversation, ReceivedEvent
-from .converse import mount_converse
+from .conversation import Conversation, ConversationContext, ReceivedEvent
+from .converse import ConverseEndpoint, mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
 from .media import StagingMedia
 from .scripted import AGENTIC_PREFIX, DEFAULT_VISUAL_ID, ScriptedBackend
+from .state import ThreadIds
 
 #: Where this server serves the genie API (``genie_url`` is the base URL plus this path).
 GENIE_PATH = "/genie"
@@ -100,7 +100,7 @@ class StagingServer:
         that allows one session per thread; tests break-before-make renewal). All three
         are attributes, changeable at run time (new server sessions use the new values).
         The thread's memory (``thread_memory``: every user turn heard on a thread, across
-        its server sessions) lets :data:`~avatar_sdk.testing.brain.RECALL_PROMPT` be
+        its server sessions) lets :data:`~avatar_sdk.testing.staging.brain.RECALL_PROMPT` be
         answered with what was said on an earlier server session of the thread."""
         self.host = host
         self.advertise_genie = advertise_genie
@@ -132,17 +132,41 @@ class StagingServer:
             ping_interval=25,
             ping_timeout=20,
         )
-        self.brain = Brain(self)
-        self.faults = Faults(self)
-        self.media = StagingMedia(self, asr_report_interval=asr_report_interval)
+        # The parts, each handed only what it uses (see .state). Where that is a value the
+        # server holds and a test changes at run time (token, pacing, cap), the server is
+        # passed as that narrow protocol; no part imports this module.
+        self.conversations: dict[str, Conversation] = {}
+        self.emitted: Counter[str] = Counter()
+        self.brain = Brain(self.conversations)
+        self.media = self.make_media(asr_report_interval)
         #: The avatar-session (scripted video) service: ``agentic_url``, ``admin_token``.
         self.scripted = ScriptedBackend(
-            self, idle_timeout=scripted_idle_timeout, token_ttl=scripted_token_ttl
+            streams=self.media,
+            endpoint=self,
+            idle_timeout=scripted_idle_timeout,
+            token_ttl=scripted_token_ttl,
+        )
+        self.faults = Faults(
+            sio=self.sio,
+            conversations=self.conversations,
+            media=self.media,
+            scripted=self.scripted,
+            listener=self,
+        )
+        self._thread_ids = ThreadIds()
+        self._context = ConversationContext(
+            brain=self.brain,
+            sio=self.sio,
+            faults=self.faults,
+            emitted=self.emitted,
+            pacing=self,
+            cap=self,
+            thread_memory=self.thread_memory,
+            expired_sids=self.expired_sids,
+            media=self.media,
         )
         self.visual_id = DEFAULT_VISUAL_ID
-        self.conversations: dict[str, Conversation] = {}
         self.received: list[ReceivedEvent] = []
-        self.emitted: Counter[str] = Counter()
         self.completed_threads: list[str] = []
         self.completion_requests: list[dict[str, Any]] = []
         #: JSON bodies of ``POST /genie/assistant/tool_response``, in arrival order.
@@ -156,11 +180,14 @@ class StagingServer:
         self._blackout: asyncio.Task[None] | None = None
         self._blackout_over: asyncio.Event | None = None
         self._blackout_abandoned: asyncio.Event | None = None
-        self._thread_ids = itertools.count(1)
         self._register_handlers()
         self.sio.recovered_handler = self._on_recovered
         self.sio.expired_handler = self._on_expired
         self.recovered_sids: list[str] = []
+
+    def make_media(self, asr_report_interval: float | None) -> StagingMedia:
+        """The media side (a hook: a subclass serves its own, e.g. the replay's)."""
+        return StagingMedia(self.conversations, asr_report_interval=asr_report_interval)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> StagingServer:
@@ -169,7 +196,14 @@ class StagingServer:
         app.router.add_post(GENIE_PATH + SESSION_COMPLETED_PATH, self._session_completed)
         app.router.add_post(GENIE_PATH + TOOL_RESPONSE_PATH, self._tool_response)
         app.router.add_get("/healthz", self._healthz)
-        self.converse_requests = mount_converse(self, app)  # POST /genie/assistant/converse
+        converse = ConverseEndpoint(
+            brain=self.brain,
+            endpoint=self,
+            thread_ids=self._thread_ids,
+            pacing=self,
+            faults=self.faults,
+        )
+        self.converse_requests = mount_converse(converse, app)  # POST /genie/assistant/converse
         self.media.add_routes(app)
         self.scripted.add_routes(app)
         if self.control_api:
@@ -338,7 +372,7 @@ class StagingServer:
         self.connections += 1
         query = parse_qs(environ.get("QUERY_STRING", "") if isinstance(environ, dict) else "")
         debug = query.get("debugMode", ["false"])[-1].lower() == "true"
-        self.conversations[sid] = Conversation(self, sid, debug_mode=debug)
+        self.conversations[sid] = Conversation(self._context, sid, debug_mode=debug)
         return True
 
     async def _on_connected(self, sid: str) -> None:
@@ -407,7 +441,7 @@ class StagingServer:
         if await self._refuse_admission(conv, "join"):
             return  # the older join-time variant of the verdicts (faults step="join")
         thread = kaltura.get("threadId")
-        conv.thread_id = thread if isinstance(thread, str) and thread else self._new_thread_id()
+        conv.thread_id = thread if isinstance(thread, str) and thread else self._thread_ids.new()
         conv.room = str(data.get("channel") or data.get("room") or "")
         conv.joined = True
         await conv.emit(
@@ -425,9 +459,6 @@ class StagingServer:
             },
         )
         await conv.emit(In.JOIN_COMPLETE, {})
-
-    def _new_thread_id(self) -> str:
-        return f"thr-{next(self._thread_ids):04d}-{secrets.token_hex(4)}"
 
     async def _refuse_admission(self, conv: Conversation, step: str) -> bool:
         """Answer an admission verdict scripted for ``step``, then drop the socket as the
@@ -485,8 +516,7 @@ class StagingServer:
 
     def remember(self, conv: Conversation, text: str) -> None:
         """A user turn heard on ``conv``: kept in its thread's memory."""
-        if conv.thread_id:
-            self.thread_memory.setdefault(conv.thread_id, []).append(text)
+        conv.remember(text)
 
     def stv_session_payload(self, conv: Conversation) -> dict[str, Any]:
         """What ``stvNewSession`` answers: a WHEP URL served by ``self.media``, or the
@@ -541,7 +571,7 @@ class StagingServer:
                 conv.dropped_turns.append(text)
                 return
             conv.user_turns.append(text)
-            self.remember(conv, text)
+            conv.remember(text)
             conv.start_turn("transcript", text)
 
     async def _mute(self, conv: Conversation, data: dict[str, Any]) -> None:

@@ -13,15 +13,13 @@ import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..wire.names import In
-from ..wire.segments import parse_delta, parse_tool_call
-from ..wire.speech import make_speech_id
+from ...wire.names import In
+from ...wire.segments import parse_delta, parse_tool_call
+from ...wire.speech import make_speech_id
+from .state import LiveConversation
 from .vad import ListenConfig
-
-if TYPE_CHECKING:
-    from .server import StagingServer
 
 WireEvent = tuple[str, dict[str, Any]]
 
@@ -126,7 +124,9 @@ def _normalize(text: str) -> str:
 
 
 @dataclass
-class _Scripted:
+class TurnPlan:
+    """One scripted turn (:meth:`Brain.next_plan`): its text, tool calls and stall."""
+
     text: str | None = None
     tool_calls: list[str | ToolSegment] = field(default_factory=list)
     stall: float | None = None
@@ -141,13 +141,15 @@ class _Scripted:
 class Brain:
     """Scripted replies. Each ``reply``/``stall``/``tool_calls`` call scripts the next turn."""
 
-    def __init__(self, server: StagingServer | None = None) -> None:
-        self._server = server
-        self._script: deque[_Scripted] = deque()
+    def __init__(self, conversations: Mapping[str, LiveConversation] | None = None) -> None:
+        """``conversations``: the server's live client sessions, which :meth:`voice_turn`
+        speaks to (None: a brain on its own, which scripts turns but hears nobody)."""
+        self._conversations = conversations
+        self._script: deque[TurnPlan] = deque()
         self.greeting = "Hello! I am the staging avatar. How can I help?"
         self.chunk_words = 4
         self.turns_started = 0
-        self._active: _Scripted | None = None
+        self._active: TurnPlan | None = None
         #: Energy-based utterance detection on the uplink (None: off), see :meth:`listen`.
         self.listening: ListenConfig | None = None
         self._transcripts: deque[str] = deque()
@@ -156,11 +158,11 @@ class Brain:
 
     def reply(self, text: str) -> None:
         """The next turn's spoken answer."""
-        self._script.append(_Scripted(text=text))
+        self._script.append(TurnPlan(text=text))
 
     def stall(self, seconds: float) -> None:
         """After the next user turn, stay silent for ``seconds`` before answering."""
-        self._script.append(_Scripted(stall=seconds))
+        self._script.append(TurnPlan(stall=seconds))
 
     def tool_calls(
         self,
@@ -196,7 +198,7 @@ class Brain:
             else:
                 segments.append(ToolSegment.fused(list(spec)))
         self._script.append(
-            _Scripted(text=then, tool_calls=segments, wait_for_response=wait_for_response)
+            TurnPlan(text=then, tool_calls=segments, wait_for_response=wait_for_response)
         )
 
     def tool_spiral(
@@ -222,7 +224,7 @@ class Brain:
             f"{name} " + json.dumps({"slide": 1 if identical else i + 1}) for i in range(count)
         ]
         splits = tuple(sorted({(count * k) // groups for k in range(1, groups)} - {0}))
-        self._script.append(_Scripted(text=None, tool_calls=calls, turn_splits=splits))
+        self._script.append(TurnPlan(text=None, tool_calls=calls, turn_splits=splits))
 
     def listen(
         self,
@@ -253,7 +255,7 @@ class Brain:
     def clear(self) -> None:
         self._script.clear()
 
-    def next_plan(self, user_text: str, memory: Sequence[str] = ()) -> _Scripted:
+    def next_plan(self, user_text: str, memory: Sequence[str] = ()) -> TurnPlan:
         """The next turn's plan: the scripted one, else an echo of ``user_text``; the
         :data:`RECALL_PROMPT` is answered from ``memory`` (the thread's user turns, this
         one last), across the thread's server sessions."""
@@ -266,7 +268,7 @@ class Brain:
             if plan.stall is not None and plan.text is None and not plan.tool_calls:
                 plan.text = echo  # a stalled brain answers normally once the stall is over
         else:
-            plan = _Scripted(text=echo)
+            plan = TurnPlan(text=echo)
         self._active = plan
         return plan
 
@@ -438,11 +440,11 @@ class Brain:
         after its ``generatingSpeech``. Returns how many clients heard it."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("voice_turn needs a non-empty text")
-        server = self._server
-        if server is None:
+        conversations = self._conversations
+        if conversations is None:
             raise RuntimeError("voice_turn needs the brain of a StagingServer")
         heard = 0
-        for conv_sid, conv in list(server.conversations.items()):
+        for conv_sid, conv in list(conversations.items()):
             if (sid is None or conv_sid == sid) and conv.approved and not conv.ended:
                 await conv.voice_turn(text.strip())
                 heard += 1

@@ -28,7 +28,7 @@ from typing import Any
 import socketio
 from socketio import packet as sio_packet
 
-from ..logs import sdk_logger, warnings_only
+from ...logs import sdk_logger, warnings_only
 from .silence import SilencedConnection
 
 log = sdk_logger(__name__)

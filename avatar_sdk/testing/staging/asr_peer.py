@@ -1,6 +1,6 @@
 """The staging backend's ASR answerer: one receive-only aiortc peer per client sid that
 records what audio arrived, and applies re-offers as renegotiation, ICE restart or a fresh
-peer (see :mod:`avatar_sdk.testing.media`).
+peer (see :mod:`avatar_sdk.testing.staging.media`).
 
 The uplink audio is decoded on the event loop (:mod:`avatar_sdk.transport.loop_decode`),
 not in a decoder thread per peer: a load test's server then pays no thread hand-off per
@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import av
 from aioice import Connection
@@ -23,14 +23,12 @@ from aiortc import sdp as sdp_parser
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcicetransport import candidate_to_aioice
 
-from ..logs import sdk_logger
-from ..transport.ice import close_ice_connection, guard_connection, set_local_description
-from ..transport.loop_decode import decode_audio_on_loop
-from .rtc_util import IcePath, _blackhole, _close_pc, _ice_transports, _rtc_configuration
-from .synthetic import audio_rms
-
-if TYPE_CHECKING:
-    from .media import StagingMedia
+from ...logs import sdk_logger
+from ...media.levels import frame_rms
+from ...transport.ice import close_ice_connection, guard_connection, set_local_description
+from ...transport.loop_decode import decode_audio_on_loop
+from .rtc_util import IcePath, blackhole, close_pc, ice_transports, rtc_configuration
+from .state import UplinkHost
 
 log = sdk_logger(__name__)
 
@@ -82,7 +80,7 @@ class AsrPeer:
     #: Decoded frames whose RMS :meth:`levels_since` keeps (30 s of 20 ms frames).
     LEVEL_HISTORY = 1500
 
-    def __init__(self, media: StagingMedia, sid: str) -> None:
+    def __init__(self, media: UplinkHost, sid: str) -> None:
         self._media = media
         self.sid = sid
         self.pc: Any = None
@@ -200,7 +198,7 @@ class AsrPeer:
         await self._drop_pc()
         if self.closed:  # closed meanwhile: close() would never see this peer
             raise RuntimeError("the conversation has ended")
-        pc = RTCPeerConnection(_rtc_configuration())
+        pc = RTCPeerConnection(rtc_configuration())
         self.pc = pc
         self.peers_created += 1
         self.peer_created_at = time.monotonic()
@@ -211,7 +209,7 @@ class AsrPeer:
             for transceiver in pc.getTransceivers():
                 if transceiver.kind == "audio":
                     decode_audio_on_loop(transceiver.receiver)
-            ice = _ice_transports(pc)[0]
+            ice = ice_transports(pc)[0]
             self._path = IcePath(
                 ice,
                 blocked=self._media.asr_stalled,
@@ -318,7 +316,7 @@ class AsrPeer:
             while True:
                 frame = await track.recv()
                 now = time.monotonic()
-                rms = audio_rms(frame) if isinstance(frame, av.AudioFrame) else 0.0
+                rms = frame_rms(frame) if isinstance(frame, av.AudioFrame) else 0.0
                 self.frames += 1
                 self._rms_sum += rms
                 self.last_rms = rms
@@ -339,9 +337,9 @@ class AsrPeer:
         if pc is None or pc.connectionState == "closed":
             return False
         if mode == "blackhole":
-            _blackhole(self._path.active if self._path else _ice_transports(pc)[0]._connection)
+            blackhole(self._path.active if self._path else ice_transports(pc)[0]._connection)
         else:
-            await _close_pc(pc)
+            await close_pc(pc)
         return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -357,7 +355,7 @@ class AsrPeer:
         if pending is not None:
             await pending.close()
         if pc is not None:
-            await _close_pc(pc)
+            await close_pc(pc)
         if path is not None:
             path.close()
 

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from .server import StagingServer
+if TYPE_CHECKING:  # types only: the CLI and the fleet import this module for its constants
+    from .brain import Brain
+    from .conversation import Conversation, ReceivedEvent
+    from .faults import Faults
 
 __all__ = ["BRAIN_SCRIPTS", "CONTROL_PREFIX", "control_routes", "fault_names"]
 
@@ -42,11 +44,30 @@ BRAIN_SCRIPTS: Final = (
     "stop_listening",
     "clear",
 )
+
+
+class Controlled(Protocol):
+    """What the control API drives and reports: the staging backend's faults and brain, its
+    client sessions and what they emitted."""
+
+    @property
+    def faults(self) -> Faults: ...
+
+    @property
+    def brain(self) -> Brain: ...
+
+    @property
+    def conversations(self) -> Mapping[str, Conversation]: ...
+
+    @property
+    def received(self) -> Sequence[ReceivedEvent]: ...
+
+
 #: Public ``Faults`` callables that are helpers of the server, not faults.
 _NOT_FAULTS: Final = frozenset({"take_admission_error", "take_genie_status", "take_refused_join"})
 
 
-def fault_names(staging: StagingServer) -> list[str]:
+def fault_names(staging: Controlled) -> list[str]:
     """Every fault the control API accepts, sorted."""
     faults = staging.faults
     return sorted(
@@ -79,7 +100,7 @@ async def _call(target: Callable[..., Any], request: web.Request) -> web.Respons
     return web.json_response({"ok": True, "result": _jsonable(result)})
 
 
-def control_routes(staging: StagingServer) -> Callable[[web.Application], None]:
+def control_routes(staging: Controlled) -> Callable[[web.Application], None]:
     """A ``StagingServer.add_routes`` hook mounting the control API for ``staging``."""
     allowed_faults = frozenset(fault_names(staging))
 

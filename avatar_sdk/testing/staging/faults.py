@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engineio import packet as eio_packet
 
-from ..wire.names import In
+from ...wire.names import In
+from .state import Blackout, LiveConversation
 
 if TYPE_CHECKING:
-    from .server import StagingServer
+    from .csr_server import RecoveringAsyncServer
+    from .media import StagingMedia
+    from .scripted import ScriptedBackend
 
 #: A payload per event that no parser can accept (wrong type where an object is required).
 _MALFORMED: dict[str, Any] = {
@@ -54,8 +58,22 @@ class Faults:
     """Control-plane and media faults. Names follow CONTRACT.md; extra keyword options are
     additive."""
 
-    def __init__(self, server: StagingServer) -> None:
-        self._server = server
+    def __init__(
+        self,
+        *,
+        sio: RecoveringAsyncServer,
+        conversations: Mapping[str, LiveConversation],
+        media: StagingMedia,
+        scripted: ScriptedBackend,
+        listener: Blackout,
+    ) -> None:
+        """The parts the faults act on: the Socket.IO server, the live client sessions, the
+        media side, the avatar-session service and the listening socket (blackouts)."""
+        self._sio = sio
+        self._conversations = conversations
+        self._media = media
+        self._scripted = scripted
+        self._listener = listener
         self.withheld: set[str] = set()
         self.capacity_full_until = 0.0
         self.capacity_step = "stv"
@@ -79,9 +97,9 @@ class Faults:
     async def drop_socket(self, *, recovery: bool = True) -> int:
         """Kill every client transport abruptly (recoverable unless ``recovery=False``)."""
         self.injected.append("drop_socket")
-        sio = self._server.sio
+        sio = self._sio
         dropped = 0
-        for sid in list(self._server.conversations):
+        for sid in list(self._conversations):
             if await sio.drop_transport(sid, recoverable=recovery):
                 dropped += 1
         return dropped
@@ -96,10 +114,10 @@ class Faults:
         alone. Returns at once with how many sockets were dropped; the server listens
         again on the same port ``seconds`` later, or at :meth:`clear`."""
         self.injected.append("blackout")
-        await self._server.refuse_connections(seconds)
-        sio = self._server.sio
+        await self._listener.refuse_connections(seconds)
+        sio = self._sio
         dropped = 0
-        for sid in list(self._server.conversations):
+        for sid in list(self._conversations):
             if await sio.drop_transport(sid, recoverable=recovery):
                 dropped += 1
         return dropped
@@ -107,8 +125,8 @@ class Faults:
     async def server_disconnect(self) -> None:
         """A Socket.IO-level disconnect from the server ("io server disconnect"): final."""
         self.injected.append("server_disconnect")
-        for sid in list(self._server.conversations):
-            await self._server.sio.disconnect(sid)
+        for sid in list(self._conversations):
+            await self._sio.disconnect(sid)
 
     def silent_socket(self, *, server_timeout: float | None = None) -> int:
         """Every control socket goes silently dead like a vanished peer: nothing read, nothing
@@ -122,16 +140,16 @@ class Faults:
         offered before that is refused and the client takes the cold path.
         """
         self.injected.append("silent_socket")
-        sio = self._server.sio
+        sio = self._sio
         return sum(
             1
-            for sid in list(self._server.conversations)
+            for sid in list(self._conversations)
             if sio.blackhole(sid, server_timeout=server_timeout)
         )
 
     def recovery_window(self, seconds: float) -> None:
         """Server-side connection-state-recovery window (default 20 s)."""
-        self._server.sio.recovery_window = seconds
+        self._sio.recovery_window = seconds
 
     # -- capacity and admission -------------------------------------------------------------
     def capacity_full(self, seconds: float, *, step: str = "stv") -> None:
@@ -230,14 +248,14 @@ class Faults:
         """``conversationTimeExpired`` then ``conversationEnded`` to every client (the cap
         reached); ``expired=False``: ``conversationEnded`` alone (ended on purpose)."""
         self.injected.append("end_conversation")
-        for conv in list(self._server.conversations.values()):
+        for conv in list(self._conversations.values()):
             if expired:
                 await conv.emit(In.CONVERSATION_TIME_EXPIRED, {})
             await conv.emit(In.CONVERSATION_ENDED, {})
 
     async def time_warning(self, remaining: float = 60.0) -> None:
         """``conversationTimeWarning`` with ``remainingTime`` seconds."""
-        for conv in list(self._server.conversations.values()):
+        for conv in list(self._conversations.values()):
             await conv.emit(In.CONVERSATION_TIME_WARNING, {"remainingTime": remaining})
 
     async def agent_crash(self, *, recoverable: bool = True, restart_after: float = 0.3) -> None:
@@ -248,7 +266,7 @@ class Faults:
         """
         self.injected.append("agent_crash")
         code = "AGENT_CHILD_CRASHED_RESTARTED" if recoverable else "AGENT_CHILD_CRASHED"
-        for conv in list(self._server.conversations.values()):
+        for conv in list(self._conversations.values()):
             conv.cancel_turn()
             conv.agent_down = True
             await conv.emit(In.SESSION_ERROR, {"code": code, "message": "agent process exited"})
@@ -259,8 +277,8 @@ class Faults:
         """While paused: the server releases the avatar's media and says so
         (``sessionReadyForResume``, or ``pauseSessionExpired`` with ``expired=True``)."""
         self.injected.append("release_session")
-        for sid, conv in list(self._server.conversations.items()):
-            await self._server.media.close_conversation(sid)
+        for sid, conv in list(self._conversations.items()):
+            await self._media.close_conversation(sid)
             event = In.PAUSE_SESSION_EXPIRED if expired else In.SESSION_READY_FOR_RESUME
             await conv.emit(event, {})
 
@@ -268,7 +286,7 @@ class Faults:
         """Send ``event_name`` with a payload of the wrong shape."""
         self.injected.append(f"malformed:{event_name}")
         bad = payload if payload is not None else _MALFORMED.get(event_name, "not-an-object")
-        for conv in list(self._server.conversations.values()):
+        for conv in list(self._conversations.values()):
             await conv.emit(event_name, bad)
 
     async def raw_frame(self, text: str) -> int:
@@ -281,7 +299,7 @@ class Faults:
         """
         self.injected.append("raw_frame")
         sent = 0
-        for socket in list(self._server.sio.eio.sockets.values()):
+        for socket in list(self._sio.eio.sockets.values()):
             if socket.closed or socket.closing or not socket.upgraded:
                 continue
             await socket.send(_RawFrame(text))
@@ -293,7 +311,7 @@ class Faults:
         recovery buffer like any event (so a recovery replays it)."""
         self.injected.append(f"oversized:{event_name}")
         payload = {"remainingTime": 60, "pad": "x" * max(0, size)}
-        for conv in list(self._server.conversations.values()):
+        for conv in list(self._conversations.values()):
             await conv.emit(event_name, payload)
 
     # -- media (real aiortc peers, see .media) ----------------------------------------------
@@ -307,7 +325,7 @@ class Faults:
         (new ufrag, same DTLS) is accepted on the same server peer.
         """
         self.injected.append(f"ice_failure:{channel}")
-        return await self._server.media.ice_failure(channel, mode=mode)
+        return await self._media.ice_failure(channel, mode=mode)
 
     async def media_stall(self, channel: str, *, seconds: float | None = None) -> None:
         """RTP stops on ``channel`` while ICE stays up, for ``seconds`` (None: until cleared).
@@ -316,7 +334,7 @@ class Faults:
         drops SRTP/SRTCP both ways (no audio received, no RTCP receiver reports sent).
         """
         self.injected.append(f"media_stall:{channel}")
-        self._server.media.media_stall(channel, seconds)
+        self._media.media_stall(channel, seconds)
 
     def freeze_video(
         self, *, seconds: float | None = None, thaw_on_keyframe_request: bool = False
@@ -326,9 +344,7 @@ class Faults:
         ``thaw_on_keyframe_request`` until the client asks for a keyframe with a PLI); a new
         subscription (a WHEP re-subscribe) gets video again. Returns how many froze."""
         self.injected.append("freeze_video")
-        return self._server.media.freeze_video(
-            seconds, thaw_on_keyframe_request=thaw_on_keyframe_request
-        )
+        return self._media.freeze_video(seconds, thaw_on_keyframe_request=thaw_on_keyframe_request)
 
     def lose_video_packets(self, count: int = 1, *, resends_lost: int | None = None) -> int:
         """The avatar's video sender on every current WHEP subscription drops its next
@@ -336,18 +352,18 @@ class Faults:
         for (None: all of them, so the packets are lost for good). Returns how many
         subscriptions were armed."""
         self.injected.append("lose_video_packets")
-        return self._server.media.lose_video_packets(count, resends_lost=resends_lost)
+        return self._media.lose_video_packets(count, resends_lost=resends_lost)
 
     def whep_404(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")
-        self._server.media.whep_404(times)
+        self._media.whep_404(times)
 
     def unplayable_whep(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP viewers get tracks that never send a frame (the POST is
         answered and ICE connects): a downlink that never passes the playable gate."""
         self.injected.append("unplayable_whep")
-        self._server.media.unplayable_whep(times)
+        self._media.unplayable_whep(times)
 
     # -- the avatar-session (scripted video) service ------------------------------------------
     def say_refused(self, status: int = 503, *, times: int = 1) -> None:
@@ -355,14 +371,14 @@ class Faults:
         if not 400 <= status < 600:
             raise ValueError("status must be an HTTP error status (4xx or 5xx)")
         self.injected.append("say_refused")
-        self._server.scripted.refuse_says(status, times)
+        self._scripted.refuse_says(status, times)
 
     async def reclaim_session(self, session_id: str | None = None) -> int:
         """The service reclaims an avatar session (every live one when ``session_id`` is
         None): its calls answer 404 from now on and its WHEP peers close. Returns how many.
         The WHEP peer alone is killed with ``ice_failure("stv")``."""
         self.injected.append("reclaim_session")
-        return await self._server.scripted.reclaim(session_id)
+        return await self._scripted.reclaim(session_id)
 
     def stuck_ice(self, channel: str, *, mode: str = "no_answer") -> None:
         """ICE never gets going on new ``channel`` peers, until cleared.
@@ -373,7 +389,7 @@ class Faults:
         the client's checks, so the client stays in ``checking``.
         """
         self.injected.append(f"stuck_ice:{channel}:{mode}")
-        self._server.media.stuck_ice(channel, mode)
+        self._media.stuck_ice(channel, mode)
 
     # -- genie HTTP (session_completed, tool_response) --------------------------------------
     def genie_status(self, code: int, *, times: int = 1) -> None:
@@ -397,7 +413,7 @@ class Faults:
 
     def clear(self) -> None:
         """Back to healthy."""
-        self._server.scripted.say_refusals.clear()
+        self._scripted.say_refusals.clear()
         self.withheld.clear()
         self.capacity_full_until = 0.0
         self.admission.clear()
@@ -409,7 +425,7 @@ class Faults:
         self.joins_to_refuse = 0
         self.genie_statuses.clear()
         self.genie_answer_delay = 0.0
-        self._server.sio.recovery_enabled = True
-        self._server.sio.release_blackholes()
-        self._server.end_blackout()
-        self._server.media.clear_faults()
+        self._sio.recovery_enabled = True
+        self._sio.release_blackholes()
+        self._listener.end_blackout()
+        self._media.clear_faults()

@@ -20,15 +20,13 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from aiohttp import web
 
-from ..transport.genie import CONVERSE_PATH
-from .brain import tool_segment
-
-if TYPE_CHECKING:
-    from .server import StagingServer
+from ...transport.genie import CONVERSE_PATH
+from .brain import Brain, tool_segment
+from .state import EmitFaults, Endpoint, Pacing, ThreadIds
 
 __all__ = ["CONVERSE_ROUTE", "ConverseEndpoint", "ConverseRequest", "mount_converse"]
 
@@ -64,18 +62,31 @@ class _ClientGone(Exception):
 
 
 class ConverseEndpoint:
-    """Serves converse turns from ``server.brain``; ``requests`` records every request."""
+    """Serves converse turns from ``brain``; ``requests`` records every request."""
 
-    def __init__(self, server: StagingServer) -> None:
-        self.server = server
+    def __init__(
+        self,
+        *,
+        brain: Brain,
+        endpoint: Endpoint,
+        thread_ids: ThreadIds,
+        pacing: Pacing,
+        faults: EmitFaults,
+    ) -> None:
+        """``endpoint``: the token a request must carry; ``thread_ids``: a turn naming no
+        thread starts one; ``pacing`` spaces the deltas; ``faults``: the added latency."""
+        self.brain = brain
+        self.endpoint = endpoint
+        self.thread_ids = thread_ids
+        self.pacing = pacing
+        self.faults = faults
         self.requests: list[ConverseRequest] = []
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(CONVERSE_ROUTE, self.handle)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        server = self.server
-        if request.headers.get("Authorization") != f"KS {server.token}":
+        if request.headers.get("Authorization") != f"KS {self.endpoint.token}":
             self.requests.append(ConverseRequest(status=401))
             return web.json_response({"error": "unauthorized"}, status=401)
         try:
@@ -91,11 +102,11 @@ class ConverseEndpoint:
             self.requests.append(ConverseRequest(status=400, body=body))
             return web.json_response({"error": "userMessage is required"}, status=400)
         thread = body.get("threadId")
-        thread_id = thread if isinstance(thread, str) and thread else server._new_thread_id()
+        thread_id = thread if isinstance(thread, str) and thread else self.thread_ids.new()
         record = ConverseRequest(status=200, body=body, thread_id=thread_id)
         self.requests.append(record)
-        if server.faults.added_latency:
-            await asyncio.sleep(server.faults.added_latency)
+        if self.faults.added_latency:
+            await asyncio.sleep(self.faults.added_latency)
         response = web.StreamResponse(
             status=200,
             headers={"Content-Type": "application/x-ndjson", "Cache-Control": "no-cache"},
@@ -123,7 +134,7 @@ class ConverseEndpoint:
         *,
         sse: bool,
     ) -> None:
-        brain = self.server.brain
+        brain = self.brain
         plan = brain.next_plan(message)
         brain.turns_started += 1
         number = 0
@@ -139,7 +150,7 @@ class ConverseEndpoint:
             )
             await response.write((f"data: {line}\n\n" if sse else line + "\n").encode())
             record.segments_sent += 1
-            await asyncio.sleep(self.server.event_spacing)
+            await asyncio.sleep(self.pacing.event_spacing)
 
         await send(
             {
@@ -179,9 +190,8 @@ async def _sleep_unless_gone(request: web.Request, seconds: float) -> None:
         await asyncio.sleep(min(_POLL, left))
 
 
-def mount_converse(server: StagingServer, app: web.Application) -> list[ConverseRequest]:
-    """Serve the converse endpoint on ``app``; returns the list that records its requests
-    (the server keeps it as ``staging.converse_requests``)."""
-    endpoint = ConverseEndpoint(server)
+def mount_converse(endpoint: ConverseEndpoint, app: web.Application) -> list[ConverseRequest]:
+    """Serve ``endpoint`` on ``app``; returns the list that records its requests (the
+    server keeps it as ``staging.converse_requests``)."""
     endpoint.add_routes(app)
     return endpoint.requests

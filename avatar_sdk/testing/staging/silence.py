@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..logs import sdk_logger
+from ...logs import sdk_logger
 
 log = sdk_logger(__name__)
 

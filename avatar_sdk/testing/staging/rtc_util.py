@@ -6,17 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import av
 from aiortc import RTCConfiguration
 
-from ..logs import sdk_logger
-from ..transport.ice import close_peer
-
-if TYPE_CHECKING:
-    from .conversation import Conversation
+from ...logs import sdk_logger
+from ...transport.ice import close_peer
 
 log = sdk_logger(__name__)
 
@@ -27,16 +24,14 @@ WHEP_PATH = "/rtc/v1/whep/"
 WHEP_RESOURCE_PATH = "/rtc/v1/whep/resource/"
 NO_ACTIVE_SESSION = "NO_ACTIVE_SESSION"
 
-Handler = Callable[["Conversation", dict[str, Any]], Awaitable[None]]
 
-
-def _rtc_configuration() -> RTCConfiguration:
+def rtc_configuration() -> RTCConfiguration:
     # No STUN server: aiortc's default (a public Google server) would be contacted from a
     # loopback test backend, slowing gathering down or failing offline.
     return RTCConfiguration(iceServers=[])
 
 
-def _check_channel(channel: str) -> None:
+def check_channel(channel: str) -> None:
     if channel not in CHANNELS:
         raise ValueError(f"channel must be one of {CHANNELS}, not {channel!r}")
 
@@ -51,7 +46,7 @@ def strip_candidates(sdp: str) -> str:
     return "\r\n".join(lines) + "\r\n"
 
 
-def _h264_encoder_available() -> bool:
+def h264_encoder_available() -> bool:
     try:
         av.codec.Codec("libx264", "w")
     except Exception:  # PyAV raises its own errors for a codec missing from the build
@@ -59,7 +54,7 @@ def _h264_encoder_available() -> bool:
     return True
 
 
-def _ice_transports(pc: Any) -> list[Any]:
+def ice_transports(pc: Any) -> list[Any]:
     """Distinct ICE transports of ``pc`` (one with BUNDLE)."""
     seen: dict[int, Any] = {}
     for transceiver in pc.getTransceivers():
@@ -69,7 +64,7 @@ def _ice_transports(pc: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _blackhole(connection: Any) -> None:
+def blackhole(connection: Any) -> None:
     """A dead network path for one aioice connection: every datagram dropped, both ways,
     STUN included, so neither side hears consent checks or media any more."""
 
@@ -104,7 +99,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def _close_pc(pc: Any, timeout: float = 2.0) -> None:
+async def close_pc(pc: Any, timeout: float = 2.0) -> None:
     # pc.close() sends the DTLS close alert, stops ICE and every RTP loop of the peer;
     # close_peer also closes the sockets of a gathering still running (or a close cut short).
     await close_peer(pc, timeout)

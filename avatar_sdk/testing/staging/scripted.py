@@ -34,19 +34,16 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import av
 import numpy as np
 from aiohttp import web
 from aiortc.mediastreams import MediaStreamError
 
-from ..logs import sdk_logger
-from .rtc_util import _close_pc
-from .synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, _PacedTrack
-
-if TYPE_CHECKING:
-    from .server import StagingServer
+from ...logs import sdk_logger
+from ..synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, PacedTrack
+from .state import Endpoint
 
 __all__ = ["DEFAULT_VISUAL_ID", "Played", "ScriptedBackend", "ScriptedStagingSession"]
 
@@ -180,7 +177,7 @@ class Player:
         return True
 
 
-class ScriptedVoiceTrack(_PacedTrack):
+class ScriptedVoiceTrack(PacedTrack):
     """The WHEP voice of a scripted session: 20 ms s16 mono frames from its player."""
 
     kind = "audio"
@@ -241,6 +238,14 @@ class ScriptedStagingSession:
         return ScriptedVoiceTrack(self.player, gate)
 
 
+class StreamDirectory(Protocol):
+    """The media side's WHEP streams, as the avatar-session service opens and ends them."""
+
+    def open_stream(self, stream: str, owner: ScriptedStagingSession) -> None: ...
+
+    async def close_stream(self, stream: str, owner_sid: str) -> None: ...
+
+
 class ScriptedBackend:
     """``staging.scripted``: the avatar-session service of the staging backend.
 
@@ -251,13 +256,15 @@ class ScriptedBackend:
 
     def __init__(
         self,
-        server: StagingServer,
         *,
+        streams: StreamDirectory,
+        endpoint: Endpoint,
         idle_timeout: float = 120.0,
         token_ttl: float = 24 * 3600.0,
         gap: float = 0.3,
     ) -> None:
-        self._server = server
+        self._streams = streams
+        self._endpoint = endpoint
         self.admin_token = "adm-" + secrets.token_urlsafe(24)
         self.visual_ids: set[str] = {DEFAULT_VISUAL_ID}
         self.idle_timeout = idle_timeout
@@ -311,7 +318,7 @@ class ScriptedBackend:
     async def _create(self, request: web.Request) -> web.Response:
         token = self._bearer(request)
         if token is None or token != self.admin_token:
-            if token is not None and token == self._server.token:
+            if token is not None and token == self._endpoint.token:
                 return self._reply(
                     "create",
                     _problem(403, "wrong_token_scope", "wrong token scope",
@@ -366,9 +373,8 @@ class ScriptedBackend:
         self, session: ScriptedStagingSession, request: web.Request
     ) -> web.Response:
         session.init_clients += 1
-        media = self._server.media
-        media.streams[session.stream] = session.sid
-        url = f"{self._server.public_url}/rtc/v1/whep/?app=avatar&stream={session.stream}"
+        self._streams.open_stream(session.stream, session)
+        url = f"{self._endpoint.public_url}/rtc/v1/whep/?app=avatar&stream={session.stream}"
         return web.json_response(
             {"whepUrl": url, "turn": {"url": "", "username": "", "credential": ""}}
         )
@@ -434,10 +440,7 @@ class ScriptedBackend:
             return
         session.ended = True
         session.end_reason = reason
-        media = self._server.media
-        media.streams.pop(session.stream, None)
-        viewers = [v for v in media.viewers.values() if v.sid == session.sid]
-        await asyncio.gather(*(_close_pc(v.pc) for v in viewers))
+        await self._streams.close_stream(session.stream, session.sid)
         task = session.task
         if task is not None and task is not asyncio.current_task():
             task.cancel()

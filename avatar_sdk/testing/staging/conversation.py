@@ -11,17 +11,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..logs import sdk_logger
-from ..wire.names import In
+from ...wire.names import In
+from .brain import Brain
+from .state import CapPolicy, EmitFaults, Emitter, MediaRelease, Pacing
 from .vad import UtteranceDetector
-
-if TYPE_CHECKING:
-    from .server import StagingServer
-
-log = sdk_logger("avatar_sdk.testing.server")
 
 
 @dataclass
@@ -76,11 +73,29 @@ class TurnProgress:
         return " ".join(said)
 
 
+@dataclass(frozen=True)
+class ConversationContext:
+    """What a conversation uses of the backend; the server builds one for all of them."""
+
+    brain: Brain
+    sio: Emitter
+    faults: EmitFaults
+    #: Server emits by event name (``staging.emitted``), counted as they go out.
+    emitted: Counter[str]
+    pacing: Pacing
+    cap: CapPolicy
+    #: User turns heard on each thread, across its server sessions (``staging.thread_memory``).
+    thread_memory: dict[str, list[str]]
+    #: Server sessions that reached the cap, by sid (``staging.expired_sids``).
+    expired_sids: list[str]
+    media: MediaRelease
+
+
 class Conversation:
     """Server-side state of one client session (one Socket.IO sid)."""
 
-    def __init__(self, server: StagingServer, sid: str, *, debug_mode: bool = False) -> None:
-        self.server = server
+    def __init__(self, context: ConversationContext, sid: str, *, debug_mode: bool = False) -> None:
+        self.context = context
         self.sid = sid
         #: The socket asked for ``debugMode``: the ``debug_*`` streams are sent to it.
         self.debug_mode = debug_mode
@@ -118,21 +133,22 @@ class Conversation:
 
     async def emit(self, event: str, payload: Any) -> None:
         """Emit to this client through the recovery buffer, honouring latency and withholding."""
-        faults = self.server.faults
+        context = self.context
+        faults = context.faults
         if event in faults.withheld or self.ended:
             return
         if event.startswith("debug_") and not self.debug_mode:
             return
         if faults.added_latency:
             await asyncio.sleep(faults.added_latency)
-        self.server.emitted[event] += 1
-        await self.server.sio.emit_recoverable(self.sid, event, payload)
+        context.emitted[event] += 1
+        await context.sio.emit_recoverable(self.sid, event, payload)
 
     def start_cap(self) -> None:
         """Start this server session's cap, if the server has one: the warning, then the
         expiry (``conversationTimeExpired`` + ``conversationEnded``), as the service does."""
         self.started_at = time.monotonic()
-        cap = self.server.conversation_cap()
+        cap = self.context.cap.conversation_cap()
         if cap is not None and self._cap is None:
             self._cap = asyncio.ensure_future(self._run_cap(*cap))
 
@@ -144,12 +160,12 @@ class Conversation:
         if self.ended:
             return
         self.expired = True
-        self.server.expired_sids.append(self.sid)
+        self.context.expired_sids.append(self.sid)
         self.cancel_turn()
         await self.emit(In.CONVERSATION_TIME_EXPIRED, {})
         await self.emit(In.CONVERSATION_ENDED, {})
         self.ended = True  # this server session takes nothing more
-        await self.server.media.close_conversation(self.sid)
+        await self.context.media.close_conversation(self.sid)
 
     def start_turn(
         self,
@@ -201,7 +217,7 @@ class Conversation:
         self.speaking = False
         if progress.started and not progress.finished:
             progress.finished = True
-            said = progress.said(self.server.speech_time_scale)
+            said = progress.said(self.context.pacing.speech_time_scale)
             await self.emit(In.AGENT_INTERRUPTED, {})
             await self.emit(In.STV_FINISHED_TALKING, {"agentContent": said})
 
@@ -216,8 +232,8 @@ class Conversation:
         closing = self._closing
         if closing is not None and not closing.done():
             await asyncio.wait({closing})  # the cut turn's closing events go out first
-        brain = self.server.brain
-        memory = self.server.thread_memory.get(self.thread_id or "", [])
+        brain = self.context.brain
+        memory = self.context.thread_memory.get(self.thread_id or "", [])
         plan = brain.next_plan(user_text, memory) if trigger == "transcript" else None
         text = brain.greeting if plan is None else (plan.text or "")
         speech_id = speech_id or brain.speech_id_for(trigger, user_text)
@@ -246,7 +262,7 @@ class Conversation:
                 elif event == In.STV_FINISHED_TALKING:
                     # The avatar talks for as long as its captions last (scaled for tests).
                     spoken = sum(duration for _, duration in progress.chunks)
-                    await asyncio.sleep(spoken / 1000.0 * self.server.speech_time_scale)
+                    await asyncio.sleep(spoken / 1000.0 * self.context.pacing.speech_time_scale)
                     self.speaking = False
                 if event == last:
                     # Interruptible again before the client hears the end, so a turn it
@@ -264,7 +280,7 @@ class Conversation:
                     # before its first segment leaves the next turn to carry the thread.
                     self.thread_announced = True
                     thread = None
-                await asyncio.sleep(self.server.event_spacing)
+                await asyncio.sleep(self.context.pacing.event_spacing)
         except asyncio.CancelledError:
             self.speaking = False
             raise
@@ -274,7 +290,7 @@ class Conversation:
 
     def hear(self, rms: float, seconds: float) -> None:
         """One decoded uplink frame, for the utterance detector (``brain.listen``)."""
-        brain = self.server.brain
+        brain = self.context.brain
         config = brain.listening
         if config is None or self.ended or not self.approved:
             self._detector = None
@@ -311,8 +327,8 @@ class Conversation:
         """The service's speech recognition finalised the utterance ``text`` (see
         :meth:`Brain.voice_turn`); ``onset=False``: its VAD onset was already played. False
         if the server dropped it."""
-        brain = self.server.brain
-        spacing = self.server.event_spacing
+        brain = self.context.brain
+        spacing = self.context.pacing.event_spacing
         if onset:
             await self.user_onset()
         if self.uninterruptible or self.agent_down:
@@ -324,9 +340,14 @@ class Conversation:
             await asyncio.sleep(spacing)
         self.user_turns.append(text)
         self.voice_turns.append(text)
-        self.server.remember(self, text)
+        self.remember(text)
         self.start_turn("transcript", text, speech_id=speech_id, transcription=text)
         return True
+
+    def remember(self, text: str) -> None:
+        """A user turn heard here: kept in its thread's memory (across server sessions)."""
+        if self.thread_id:
+            self.context.thread_memory.setdefault(self.thread_id, []).append(text)
 
     def schedule_agent_restart(self, delay: float) -> None:
         """The agent comes back after ``delay`` and says so with ``showAgent``."""
