@@ -37,6 +37,7 @@ from ..transport.netwatch import NetworkWatcher
 from ..transport.observe import FanoutObserver, WireObserver, notify
 from ..transport.stv import FanoutTrack
 from ..transport.tls import client_context
+from ..transport.voice_buffer import VoiceBufferCounts
 from ..urls import check_url
 from ..wire import Out, build_barge_in_marker, build_empty, new_sticky_id
 from .conversation import ConversationView
@@ -189,9 +190,11 @@ class AvatarSession(EventSource):
                     ErrorCode.INVALID_ARGUMENT, f"record: cannot write {record} ({exc.strerror})"
                 ) from None
         self._observer: WireObserver | None = _one_observer(self._cassette, observer)
+        self._voice_counts = VoiceBufferCounts()
         spec = MediaSpec(
-            self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec
-        )
+            self._uplink_track, self._outputs, bool(video), insecure, turn, audio_codec,
+            voice_counts=self._voice_counts,
+        )  # fmt: skip
         self._builder = LinkBuilder(
             self._url,
             token,
@@ -388,8 +391,11 @@ class AvatarSession(EventSource):
     def stats(self) -> StatsSnapshot:
         """Counters: reconnects per tier, recovery durations (s), events in and out (every
         key: ``docs/resilience.md``, Counters). A copy the caller may keep."""
+        voice = self._voice_counts
         return self._stats.snapshot(
-            events_emitted=self._bus.emitted, events_dropped=self._bus.dropped
+            events_emitted=self._bus.emitted,
+            events_dropped=self._bus.dropped,
+            voice_buffer=voice.snapshot() if voice.packets else None,
         )
 
     def notify_network_change(self, *, media: bool = True) -> None:
