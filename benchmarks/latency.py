@@ -136,9 +136,10 @@ async def _run(trials: int) -> FigureResult:
         s = Summary.of(values).scaled(1000.0)
         result.rows.append(Row(f"{label}: onset to first heard frame", s.n, s.median, "ms",
                                s.p90, s.maximum, target))  # fmt: skip
+    delay_ms = buffer.get("target_delay", 0.0) * 1000
     result.notes.append(
         f"{trials} onsets each on loopback, {QUIET * 1000:.0f} ms of silence before each; "
-        f"the SDK's voice buffer ended at target delay {buffer.get('target_delay', 0.0) * 1000:.1f} ms, "
+        f"the SDK's voice buffer ended at target delay {delay_ms:.1f} ms, "
         f"concealed {buffer.get('concealed', 0):.0f}, late {buffer.get('late', 0):.0f}, "
         f"underruns {buffer.get('underruns', 0):.0f}."
     )
