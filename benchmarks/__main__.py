@@ -1,6 +1,6 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, pacing, resilience, uplink, guards, wakeups,
+Figures: connect, recovery, throughput, media, pacing, latency, resilience, uplink, guards, wakeups,
 load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
@@ -25,6 +25,7 @@ from . import (
     connect,
     fleet,
     guards,
+    latency,
     load,
     loop_lag,
     markdown,
@@ -51,6 +52,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "throughput": ("agent_raw_text throughput (one core)", throughput.run),
     "media": (media.TITLE, media.run),
     "pacing": (pacing.TITLE, pacing.run),
+    "latency": (latency.TITLE, latency.run),
     "resilience": (resilience.TITLE, resilience.run),
     "uplink": (uplink.TITLE, uplink.run),
     "guards": (guards.TITLE, guards.run),
@@ -67,8 +69,8 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
-    "connect", "recovery", "throughput", "media", "pacing", "resilience", "uplink", "guards",
-    "wakeups",
+    "connect", "recovery", "throughput", "media", "pacing", "latency", "resilience", "uplink",
+    "guards", "wakeups",
     "load",
     "loop_lag",
     "fleet",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
@@ -85,6 +86,8 @@ class BareClient:
         self._readers: set[asyncio.Task[None]] = set()
         self._first_frame = asyncio.Event()
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
+        #: Told of every decoded frame as it is read (the ``latency`` figure's onset probe).
+        self.on_frame: Callable[[str, Any], None] | None = None
 
     def __repr__(self) -> str:
         return f"<BareClient media={self._media} video={self._video}>"
@@ -215,8 +218,10 @@ class BareClient:
         kind = track.kind
         with contextlib.suppress(MediaStreamError):
             while True:
-                await track.recv()
+                frame = await track.recv()
                 self.frames[kind] = self.frames.get(kind, 0) + 1
+                if self.on_frame is not None:
+                    self.on_frame(kind, frame)
                 self._first_frame.set()
 
     async def packets_sent(self) -> int:

@@ -29,6 +29,7 @@ from ..logs import sdk_logger
 from ..observe import Observers
 from ..transport.asr import UplinkTrack
 from ..transport.stv import FanoutTrack
+from ..transport.voice_buffer import VoiceBufferCounts
 from ..wire import new_sticky_id
 from .connecting import Connecting
 from .conversation import ConversationView
@@ -70,6 +71,8 @@ class SessionParts:
     slot: LinkSlot
     view: ConversationView
     stats: SessionStats
+    #: What the voice's receive buffers count, over every link (``stats()["voice_buffer"]``).
+    voice_counts: VoiceBufferCounts
     uplink_track: UplinkTrack
     outputs: dict[str, FanoutTrack]
     builder: LinkBuilder
@@ -118,8 +121,15 @@ def assemble(spec: SessionSpec, bus: EventBus) -> SessionParts:
     info = describe(spec.url, media=media, video=spec.video)
     observers = Observers([cassette, spec.observer], info=info)
     sticky_id = new_sticky_id()
+    voice_counts = VoiceBufferCounts()
     lanes = MediaSpec(
-        uplink_track, outputs, spec.video, spec.allow_insecure, spec.turn, spec.audio_codec
+        uplink_track,
+        outputs,
+        spec.video,
+        spec.allow_insecure,
+        spec.turn,
+        spec.audio_codec,
+        voice_counts=voice_counts,
     )
     builder = LinkBuilder(
         spec.url,
@@ -272,6 +282,7 @@ def assemble(spec: SessionSpec, bus: EventBus) -> SessionParts:
         slot=slot,
         view=view,
         stats=stats,
+        voice_counts=voice_counts,
         uplink_track=uplink_track,
         outputs=outputs,
         builder=builder,

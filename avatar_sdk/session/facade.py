@@ -211,8 +211,11 @@ class AvatarSession(EventSource):
     def stats(self) -> StatsSnapshot:
         """Counters: reconnects per tier, recovery durations (s), events in and out (every
         key: ``docs/resilience.md``, Counters). A copy the caller may keep."""
+        voice = self._parts.voice_counts
         return self._stats.snapshot(
-            events_emitted=self._bus.emitted, events_dropped=self._bus.dropped
+            events_emitted=self._bus.emitted,
+            events_dropped=self._bus.dropped,
+            voice_buffer=voice.snapshot() if voice.packets else None,
         )
 
     def notify_network_change(self, *, media: bool = True) -> None:

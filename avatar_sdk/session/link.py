@@ -26,6 +26,7 @@ from ..transport.control import ControlChannel, WireCounters
 from ..transport.ice import TurnConfig
 from ..transport.media import MediaLanes
 from ..transport.stv import FanoutTrack
+from ..transport.voice_buffer import VoiceBufferCounts
 from ..wire import (
     AvailabilityResult,
     In,
@@ -81,6 +82,8 @@ class MediaSpec:
     allow_private: bool
     turn: TurnConfig | None = None
     audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC
+    #: What the voice's receive buffers count, over every link (``stats()["voice_buffer"]``).
+    voice_counts: VoiceBufferCounts | None = None
 
 
 @dataclass(eq=False)
@@ -338,6 +341,7 @@ class LinkBuilder:
             ssl_context=self._ssl,
             audio_codec=spec.audio_codec,
             observer=self._observer,
+            voice_counts=spec.voice_counts,
         )
         link.lanes = lanes
         lanes.room_id = link.room_id

@@ -36,6 +36,8 @@ class _Counts(TypedDict):
     #: Present once a renewal happened (``docs/lifecycle.md``, Long conversations).
     renewals: NotRequired[int]
     renewal_gaps: NotRequired[list[float]]
+    #: Present once the avatar's voice arrived (``docs/media.md``, The voice's receive buffer).
+    voice_buffer: NotRequired[dict[str, float]]
 
 
 class StatsSnapshot(_Counts):
@@ -84,8 +86,15 @@ class SessionStats:
         durations.append(duration)
         del durations[:-KEEP_DURATIONS]
 
-    def snapshot(self, *, events_emitted: int, events_dropped: int) -> StatsSnapshot:
-        """A copy the caller may keep, in the key order ``stats()`` always had."""
+    def snapshot(
+        self,
+        *,
+        events_emitted: int,
+        events_dropped: int,
+        voice_buffer: dict[str, float] | None = None,
+    ) -> StatsSnapshot:
+        """A copy the caller may keep, in the key order ``stats()`` always had.
+        ``voice_buffer``: the voice's receive buffer counts, once it received any."""
         counts: _Counts = {
             "reconnects": dict(self.reconnects),
             "recovery_durations": {k: list(v) for k, v in self.recovery_durations.items()},
@@ -101,9 +110,11 @@ class SessionStats:
         if self.renewals:
             counts["renewals"] = self.renewals
             counts["renewal_gaps"] = list(self.renewal_gaps)
+        if voice_buffer is not None:
+            counts["voice_buffer"] = dict(voice_buffer)
         return {**counts, "events_emitted": events_emitted}
 
 
-#: Every key a snapshot may hold (``dead_socket_detections``, ``renewals`` and
-#: ``renewal_gaps`` only once they count something).
+#: Every key a snapshot may hold (``dead_socket_detections``, ``renewals``,
+#: ``renewal_gaps`` and ``voice_buffer`` only once they count something).
 STATS_KEYS: Final = StatsSnapshot.__required_keys__ | StatsSnapshot.__optional_keys__

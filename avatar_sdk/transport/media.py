@@ -39,6 +39,7 @@ from .hostguard import HostGuard
 from .ice import TurnConfig, rtc_configuration
 from .stv import FanoutTrack, StvDownlink, whep_http_session
 from .video_stall import VideoAction, VideoStallRule
+from .voice_buffer import VoiceBufferCounts
 
 log = sdk_logger(__name__)
 
@@ -73,8 +74,10 @@ class MediaLanes:
         host_guard: HostGuard | None = None,
         audio_codec: AudioCodec = DEFAULT_AUDIO_CODEC,
         observer: Observer | None = None,
+        voice_counts: VoiceBufferCounts | None = None,
     ) -> None:
-        """``observer``: told each peer's state changes and each WHEP exchange
+        """``voice_counts``: where the downlinks' voice buffers count (the session's).
+        ``observer``: told each peer's state changes and each WHEP exchange
         (``avatar_sdk.observe``). ``ssl_context``: how WHEP over https verifies the server (None:
         system CAs).
         ``host_guard``: checks and pins WHEP hosts when private hosts are not allowed
@@ -92,6 +95,7 @@ class MediaLanes:
         self._allow_private = allow_private
         self._turn = turn
         self._on_loop = audio_codec == "loop"
+        self._voice_counts = voice_counts
         self._ssl = ssl_context
         self._guard = None if allow_private else host_guard or HostGuard()
         self.room_id: str | None = None
@@ -207,6 +211,7 @@ class MediaLanes:
             guard=self._guard,
             decode_audio_on_loop=self._on_loop,
             observer=self._observer,
+            voice_counts=self._voice_counts,
             video_rule=VideoStallRule(
                 stall=self._config.video_stall_timeout,
                 keyframe_wait=self._config.video_keyframe_wait,

@@ -23,11 +23,12 @@ from ..clock import Clock
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..observe import HttpExchange, Observer, observers_of
-from . import loop_decode, video_demand, video_repair
+from . import loop_decode, video_demand, video_repair, voice_buffer_patch
 from .hostguard import HostGuard, host_of, refusal_in, spelled_private
 from .ice import apply_answer, close_peer, set_local_description
 from .tls import connector, tls_error
 from .video_stall import VideoStallRule
+from .voice_buffer import VoiceBufferCounts
 
 log = sdk_logger(__name__)
 
@@ -154,8 +155,11 @@ class StvDownlink:
         decode_unwatched_video: bool = False,
         observer: Observer | None = None,
         video_rule: VideoStallRule | None = None,
+        voice_counts: VoiceBufferCounts | None = None,
     ) -> None:
-        """``observer``: told each WHEP exchange (``avatar_sdk.observe``).
+        """``voice_counts``: where the voice's receive buffer counts (:mod:`.voice_buffer`;
+        shared by a session's subscriptions).
+        ``observer``: told each WHEP exchange (``avatar_sdk.observe``).
         ``video_rule``: this subscription's video rule (:mod:`.video_stall`), judged by the
         media watchdog through :meth:`MediaLanes.judge_video
         <avatar_sdk.transport.media.MediaLanes.judge_video>`.
@@ -199,6 +203,11 @@ class StvDownlink:
                 )
                 self.video_gate.on_pause = shown.pause
         audio = self.pc.addTransceiver("audio", direction="recvonly")
+        #: Holds the voice as long as the observed jitter needs, not aiortc's fixed 80 ms,
+        #: and conceals a lost packet (:mod:`.voice_buffer`).
+        self.voice_buffer = voice_buffer_patch.buffer_voice(
+            audio.receiver, clock=clock, counts=voice_counts
+        )
         self.audio_decoder: loop_decode.LoopDecoder | None = None
         if decode_audio_on_loop:
             heard = outputs.get("audio")
@@ -395,6 +404,7 @@ class StvDownlink:
                 self._exchange("DELETE", self.location, None, outcome=type(exc).__name__)
                 log.info("WHEP DELETE failed: %s", type(exc).__name__)
         await close_peer(self.pc, timeout)
+        self.voice_buffer.close()
         for task in list(self._pumps):
             task.cancel()
         if self._pumps:
