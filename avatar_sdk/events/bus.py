@@ -78,8 +78,10 @@ class EventBus:
         times and the session's other times are on one line)."""
         self._clock = clock
         self._callbacks: dict[str, list[Callback]] = {}
-        self._subscribers: list[Subscriber] = []
-        self._waiters: list[Expectation] = []
+        #: The live ``events()`` streams and ``expect()`` waiters, which register and remove
+        #: themselves here (:class:`~.stream.Registry`).
+        self.subscribers: list[Subscriber] = []
+        self.waiters: list[Expectation] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self.emitted = 0
@@ -187,15 +189,15 @@ class EventBus:
         key = _key(name)
         event = Event(key, data if data is not None else {}, self._clock.monotonic())
         self.emitted += 1
-        for sub in list(self._subscribers):
+        for sub in list(self.subscribers):
             if sub.push(event):
                 self._count_drop()
-        for waiter in list(self._waiters):
+        for waiter in list(self.waiters):
             if waiter.name != key or waiter.done():
                 continue
             if waiter.predicate is not None and not self._safe_predicate(waiter.predicate, event):
                 continue
-            waiter._offer(event)
+            waiter.offer(event)
         for callback in [*self._callbacks.get(key, ()), *self._callbacks.get("*", ())]:
             self._run_callback(callback, event)
         return event
@@ -246,10 +248,10 @@ class EventBus:
         drained, every pending waiter fails with ``AvatarError(CLOSED)``, and later
         ``wait_for``/``expect`` calls fail at once instead of waiting for ever."""
         self._closed = True
-        for sub in list(self._subscribers):
+        for sub in list(self.subscribers):
             sub.close()
-        for waiter in list(self._waiters):
-            waiter._fail(_closed_error(waiter.name), quiet=True)
+        for waiter in list(self.waiters):
+            waiter.fail(_closed_error(waiter.name), quiet=True)
 
     async def aclose(self, timeout: float = 0.5) -> None:
         """Close the bus (see :meth:`close_streams`), give running async callbacks

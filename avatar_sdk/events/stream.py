@@ -12,14 +12,11 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..clock import SYSTEM_CLOCK
 from ..logs import sdk_logger
 from .names import EventName
-
-if TYPE_CHECKING:
-    from .bus import EventBus
 
 log = sdk_logger("avatar_sdk.events")
 
@@ -91,6 +88,20 @@ def _unsubscribe(subscribers: list[Subscriber], sub: Subscriber) -> None:
         subscribers.remove(sub)
 
 
+class Registry(Protocol):
+    """What a stream and a waiter need of their bus: whether it closed, and the two lists
+    they register in (the bus, :class:`avatar_sdk.events.bus.EventBus`, fills them)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def subscribers(self) -> list[Subscriber]: ...
+
+    @property
+    def waiters(self) -> list[Expectation]: ...
+
+
 class EventStream:
     """Async iterator of a bus's events, subscribed when created (not when first iterated),
     so nothing emitted between ``events()`` and the first ``__anext__`` is missed.
@@ -109,15 +120,15 @@ class EventStream:
 
     __slots__ = ("__weakref__", "_finalizer", "_sub")
 
-    def __init__(self, bus: EventBus, names: frozenset[str] | None, cap: int) -> None:
+    def __init__(self, bus: Registry, names: frozenset[str] | None, cap: int) -> None:
         sub = Subscriber(names, cap)
         self._sub = sub
         if bus.closed:
             sub.close()
         else:
-            bus._subscribers.append(sub)
+            bus.subscribers.append(sub)
         # Holds the list and the subscriber, never the stream: a dropped stream is collected.
-        self._finalizer = weakref.finalize(self, _unsubscribe, bus._subscribers, sub)
+        self._finalizer = weakref.finalize(self, _unsubscribe, bus.subscribers, sub)
         self._finalizer.atexit = False
 
     @property
@@ -187,7 +198,7 @@ class Expectation:
 
     def __init__(
         self,
-        bus: EventBus,
+        bus: Registry,
         name: str,
         predicate: Callable[[Event], bool] | None,
         timeout: float | None,
@@ -199,7 +210,7 @@ class Expectation:
         self._future: asyncio.Future[Event] = loop.create_future()
         self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
         self._bus = bus
-        bus._waiters.append(self)
+        bus.waiters.append(self)
         # Also covers a cancelled awaiting task, which cancels the future itself.
         self._future.add_done_callback(lambda _: self._unregister())
 
@@ -220,12 +231,14 @@ class Expectation:
         self._unregister()
         return cancelled
 
-    def _offer(self, event: Event) -> None:
+    def offer(self, event: Event) -> None:
+        """The bus's call: ``event`` matched; the waiter resolves and leaves the registry."""
         if not self._future.done():
             self._future.set_result(event)
         self._unregister()
 
-    def _fail(self, error: BaseException, *, quiet: bool = False) -> None:
+    def fail(self, error: BaseException, *, quiet: bool = False) -> None:
+        """The bus's call (or the timeout's): the waiter raises ``error`` and leaves."""
         if not self._future.done():
             self._future.set_exception(error)
             if quiet:
@@ -235,7 +248,7 @@ class Expectation:
         self._unregister()
 
     def _expire(self) -> None:
-        self._fail(TimeoutError(f"no {self.name!r} event within {self.timeout:g}s"))
+        self.fail(TimeoutError(f"no {self.name!r} event within {self.timeout:g}s"))
 
     def _unregister(self) -> None:
         # Synchronous (not only the future's done callback, which runs a loop turn later):
@@ -243,7 +256,7 @@ class Expectation:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        waiters = self._bus._waiters
+        waiters = self._bus.waiters
         if self in waiters:
             waiters.remove(self)
 

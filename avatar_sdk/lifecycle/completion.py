@@ -220,6 +220,11 @@ class CompletionSignal:
         payload.update(extra)
         return payload
 
+    async def complete_at_exit(self, reason: str, *, timeout: float) -> dict[str, Any]:
+        """The exit hook's call (:mod:`.shutdown`): complete from a fresh loop in another
+        thread, detached from this session's loop, within ``timeout`` seconds."""
+        return await self._complete(None, reason, timeout=timeout, detached=True)
+
     async def _complete(
         self, thread_id: str | None, reason: str, *, timeout: float, detached: bool = False
     ) -> dict[str, Any]:

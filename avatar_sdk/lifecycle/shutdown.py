@@ -18,13 +18,10 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..besteffort import best_effort
 from ..logs import sdk_logger
-
-if TYPE_CHECKING:
-    from .completion import CompletionSignal
 
 log = sdk_logger("avatar_sdk.lifecycle")
 
@@ -44,6 +41,21 @@ def log_task_error(task: asyncio.Future[Any]) -> None:
 
 #: A shutdown callback: sync, or returning an awaitable (``session.close``).
 ShutdownCallback = Callable[[], object]
+
+
+class ExitCompletion(Protocol):
+    """What the exit hook needs of a ``session_completed`` signal
+    (:class:`avatar_sdk.lifecycle.completion.CompletionSignal`)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def pending(self) -> bool: ...
+
+    timeout: float
+
+    async def complete_at_exit(self, reason: str, *, timeout: float) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -66,14 +78,14 @@ class ShutdownHooks:
     installed before is called. A second signal during the grace period skips the rest.
     Signals whose disposition was ``SIG_IGN`` are left alone.
 
-    *Interpreter exit*: :meth:`track` a :class:`CompletionSignal` and, at exit, every one
-    still :attr:`~CompletionSignal.pending` is completed (reason ``exit``) from a fresh event
+    *Interpreter exit*: :meth:`track` a :class:`~avatar_sdk.lifecycle.completion.CompletionSignal` and, at exit, every one
+    still :attr:`~avatar_sdk.lifecycle.completion.CompletionSignal.pending` is completed (reason ``exit``) from a fresh event
     loop in a daemon thread; exit waits at most ``exit_bound`` seconds.
 
     Signal callbacks that are bound methods (``session.close``) are held through
     :class:`weakref.WeakMethod`, so a forgotten session does not leak (plain functions are
     held strongly). Tracked completions are held strongly until they finish (or are
-    untracked): a :class:`CompletionSignal` does not reference its session, and a session
+    untracked): a :class:`~avatar_sdk.lifecycle.completion.CompletionSignal` does not reference its session, and a session
     dropped without ``close()`` must still complete its thread at exit, which a weak
     reference cannot promise (the garbage collector may run first). Untracking on close
     is still the rule.
@@ -87,7 +99,7 @@ class ShutdownHooks:
         self._installed: list[_Installed] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
-        self._tracked: dict[int, CompletionSignal] = {}
+        self._tracked: dict[int, ExitCompletion] = {}
         self._atexit = False
         self.signalled: int | None = None
 
@@ -203,7 +215,7 @@ class ShutdownHooks:
         signal.raise_signal(sig)
 
     # -- interpreter exit ---------------------------------------------------------------------
-    def track(self, completion: CompletionSignal) -> None:
+    def track(self, completion: ExitCompletion) -> None:
         """Complete ``completion`` at interpreter exit if it is still pending then."""
         for key, tracked in list(self._tracked.items()):
             if tracked.finished:
@@ -213,7 +225,7 @@ class ShutdownHooks:
             atexit.register(self.run_exit_hook)
             self._atexit = True
 
-    def untrack(self, completion: CompletionSignal) -> None:
+    def untrack(self, completion: ExitCompletion) -> None:
         self._tracked.pop(id(completion), None)
 
     def run_exit_hook(self, reason: str = "exit") -> list[dict[str, Any]]:
@@ -229,10 +241,7 @@ class ShutdownHooks:
             # gather starts them in order; each one's lease release and peer count run
             # before its first await, so holders in this process settle among themselves.
             done = await asyncio.gather(
-                *(
-                    c._complete(None, reason, timeout=min(c.timeout, bound), detached=True)
-                    for c in pending
-                ),
+                *(c.complete_at_exit(reason, timeout=min(c.timeout, bound)) for c in pending),
                 return_exceptions=True,
             )
             results.extend(r for r in done if isinstance(r, dict))

@@ -24,7 +24,8 @@ from ..transport.asr import UplinkTrack
 from ..transport.stv import FanoutTrack
 from .genie_host import GenieHost
 from .machine import SessionMachine, Trigger
-from .slot import LinkSlot, Outcome
+from .outcome import Outcome
+from .slot import LinkSlot
 from .speech import Replies
 from .supervisor import Supervisor
 from .turn_sender import TurnDesk

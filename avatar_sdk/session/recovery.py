@@ -32,8 +32,9 @@ from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
 from .machine import SessionMachine, Trigger
 from .media_recovery import MediaTier
+from .outcome import Outcome
 from .retry_budget import ColdStreak, socket_tier_delay
-from .slot import LinkSlot, Outcome
+from .slot import LinkSlot
 from .stats import SessionStats, Tier
 
 log = sdk_logger("avatar_sdk.session")

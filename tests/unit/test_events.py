@@ -113,7 +113,7 @@ async def test_expect_timeout_counts_from_creation() -> None:
     with pytest.raises(TimeoutError):
         await waiter
     bus.emit("x")  # too late: nothing is registered any more
-    assert not bus._waiters
+    assert not bus.waiters
 
 
 # -- expect details ----------------------------------------------------------------------------
@@ -129,7 +129,7 @@ async def test_expect_predicate_and_cancel() -> None:
     assert cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert not bus._waiters
+    assert not bus.waiters
 
 
 async def test_cancelling_the_awaiting_task_unregisters_the_waiter() -> None:
@@ -139,16 +139,16 @@ async def test_cancelling_the_awaiting_task_unregisters_the_waiter() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not bus._waiters
+    assert not bus.waiters
 
 
 # -- iterator lifetime -------------------------------------------------------------------------
 async def test_events_iterator_unregisters_on_aclose_and_when_dropped() -> None:
     bus = EventBus()
     stream = bus.events("x")
-    assert len(bus._subscribers) == 1
+    assert len(bus.subscribers) == 1
     await stream.aclose()
-    assert not bus._subscribers
+    assert not bus.subscribers
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
 
@@ -159,15 +159,15 @@ async def test_events_iterator_unregisters_on_aclose_and_when_dropped() -> None:
 
     task = asyncio.ensure_future(first())
     await asyncio.sleep(0)
-    assert len(bus._subscribers) == 1
+    assert len(bus.subscribers) == 1
     bus.emit("x")
     assert await task == "x"
-    assert not bus._subscribers
+    assert not bus.subscribers
 
     async with bus.events() as scoped:
         bus.emit("y")
         assert (await anext(scoped)).name == "y"
-    assert not bus._subscribers
+    assert not bus.subscribers
 
 
 async def test_events_iterator_keeps_the_newest_events_up_to_its_cap() -> None:
