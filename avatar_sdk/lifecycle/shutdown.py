@@ -78,14 +78,15 @@ class ShutdownHooks:
     installed before is called. A second signal during the grace period skips the rest.
     Signals whose disposition was ``SIG_IGN`` are left alone.
 
-    *Interpreter exit*: :meth:`track` a :class:`~avatar_sdk.lifecycle.completion.CompletionSignal` and, at exit, every one
-    still :attr:`~avatar_sdk.lifecycle.completion.CompletionSignal.pending` is completed (reason ``exit``) from a fresh event
-    loop in a daemon thread; exit waits at most ``exit_bound`` seconds.
+    *Interpreter exit*: :meth:`track` a completion signal
+    (:class:`~avatar_sdk.lifecycle.completion.CompletionSignal`) and, at exit, every one still
+    pending is completed (reason ``exit``) from a fresh event loop in a daemon thread; exit
+    waits at most ``exit_bound`` seconds.
 
     Signal callbacks that are bound methods (``session.close``) are held through
     :class:`weakref.WeakMethod`, so a forgotten session does not leak (plain functions are
     held strongly). Tracked completions are held strongly until they finish (or are
-    untracked): a :class:`~avatar_sdk.lifecycle.completion.CompletionSignal` does not reference its session, and a session
+    untracked): a completion signal does not reference its session, and a session
     dropped without ``close()`` must still complete its thread at exit, which a weak
     reference cannot promise (the garbage collector may run first). Untracking on close
     is still the rule.
