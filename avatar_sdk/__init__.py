@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from .events.bus import Event
     from .events.names import EventName
     from .guards.brain import SPIRAL_RECOVERY_PREFIX
-    from .scripted.config import ScriptedConfig
+    from .scripted.core.config import ScriptedConfig
     from .scripted.say import SayHandle, SayResult
     from .scripted.session import ScriptedAvatarSession
+    from .session.core.health import Health
+    from .session.core.reply_match import Reply
     from .session.facade import AvatarSession
-    from .session.health import Health
-    from .session.replies import Reply
-    from .session.speech import SpeechHandle
+    from .session.replies import SpeechHandle
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {

@@ -8,7 +8,7 @@
 * The ``transitions`` library logs two or three INFO lines for every state change of every
   machine ("Finished processing state idle exit callbacks.", "Executed callback ...").
   For the SDK's own session machines that is pure noise in an application's INFO logs
-  (``avatar_sdk.session.machine`` already logs each transition once, as ``state a -> b
+  (``avatar_sdk.session.core.machine`` already logs each transition once, as ``state a -> b
   (trigger)``). So one filter, :data:`MACHINE_NOISE`, is attached to the two
   ``transitions`` loggers that emit them: it drops records below WARNING that belong to a
   machine named :data:`MACHINE_NAME`, and nothing else. Levels are untouched, other

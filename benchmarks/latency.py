@@ -9,7 +9,8 @@ the instant a reader of the received voice gets its first frame with a sample ab
 after the other in the same run. ``TRIALS`` onsets each, the voice silent for
 :data:`QUIET` before each.
 
-What the SDK's figure holds: the voice's receive buffer (:mod:`avatar_sdk.transport.voice_buffer`,
+What the SDK's figure holds: the voice's receive buffer
+(:mod:`avatar_sdk.transport.rtc.core.voice_buffer`,
 one frame on a calm loopback), the Opus decode on the loop, the pump and the session's
 bounded track; aiortc's holds its fixed 80 ms prefetch. Both share the sender's pacing,
 SRTP and the loopback.

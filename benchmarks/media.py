@@ -54,7 +54,7 @@ from aiohttp import web
 from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.media import GATE_SETTLE
+from avatar_sdk.transport.rtc.media import GATE_SETTLE
 
 from .harness import describe_error, ms
 from .stats import FigureResult, Row, Summary

@@ -74,7 +74,8 @@ class Figures:
     longest_video_stall: float = 0.0
     longest_stall_at: float | None = None
     #: Video packets lost for good, skipped to a keyframe; NACKs sent again for missing
-    #: packets (transport/video_repair.py), summed over every downlink the session had.
+    #: packets (transport/rtc/aiortc_patches/video_repair.py), summed over every downlink the
+    # session had.
     video_holes_skipped: int = 0
     video_nack_retries: int = 0
     state_at_fault_end: str = ""
@@ -107,7 +108,7 @@ class _Frames:
                 # Received, decoded or not: nobody watches the video here, so only the
                 # playable gate's first frame is decoded (decode on demand).
                 counts["video"] = stv.video_gate.assembled
-            if stv.video_repair is not None:  # transport/video_repair.py
+            if stv.video_repair is not None:  # transport/rtc/aiortc_patches/video_repair.py
                 counts["holes_skipped"] = stv.video_repair.holes_skipped
                 counts["nack_retries"] = stv.video_repair.nack_retries
             self._seen[id(stv)] = counts

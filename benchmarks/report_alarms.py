@@ -5,7 +5,7 @@ uniform over 0.5-1.5 s; a libwebrtc-like media server: 2.5-7.5 s); each report i
 datagram, lost independently with probability ``p`` (the assumption: independent loss,
 what the network lab's ``numgen random`` rule does; real loss is often burstier, which
 makes runs of lost reports, and so false alarms, more likely than this). The rule is
-:class:`avatar_sdk.transport.cadence.ReportCadence` itself, with the product's floor
+:class:`avatar_sdk.transport.liveness.cadence.ReportCadence` itself, with the product's floor
 (``media_stall_timeout`` = 2 s): a false alarm is a gap between two received reports
 longer than the deadline the rule had set at the first of them. The simulation starts
 with the rule warmed up (a window of gaps seen) and goes on after an alarm (the recovery
@@ -18,7 +18,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from avatar_sdk.transport.cadence import ReportCadence
+from avatar_sdk.transport.liveness.cadence import ReportCadence
 
 FLOOR = 2.0
 CADENCES = {"aiortc": (0.5, 1.5), "libwebrtc": (2.5, 7.5)}

@@ -49,7 +49,7 @@ from avatar_sdk import AvatarSession, RetryPolicy, SessionConfig
 from avatar_sdk.events.bus import Event
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.media import GATE_SETTLE
+from avatar_sdk.transport.rtc.media import GATE_SETTLE
 
 from .harness import ms, wait_state
 from .stats import FigureResult, Row, Summary, Target, ratio

@@ -12,7 +12,7 @@ builds, at build time. The sources:
 * ``config``: the fields of :class:`SessionConfig`, :class:`RetryPolicy` and
   :class:`RenewalPolicy`, their
   defaults and attribute docstrings;
-* ``state-diagram``: :func:`avatar_sdk.session.diagram.mermaid`;
+* ``state-diagram``: :func:`avatar_sdk.session.core.diagram.mermaid`;
 * ``changelog``: ``CHANGELOG.md``; ``benchmarks``: ``benchmarks/RESULTS.md`` and its chart.
 
 A missing docstring, an event without a payload type or a code without advice is a
@@ -38,7 +38,7 @@ from mkdocs.structure.files import File
 from avatar_sdk.config import RenewalPolicy, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE, ErrorCode
 from avatar_sdk.events.names import PAYLOADS, EventName
-from avatar_sdk.session.diagram import mermaid
+from avatar_sdk.session.core.diagram import mermaid
 from avatar_sdk.troubleshooting import ADVICE, Advice
 
 ROOT = Path(__file__).resolve().parents[1]

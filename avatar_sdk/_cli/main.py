@@ -248,7 +248,7 @@ main.add_command(netlab_command)
 @main.command(context_settings=_CONTEXT)
 def diagram() -> None:
     """Print the session state machine as Mermaid."""
-    from ..session.diagram import mermaid  # noqa: PLC0415
+    from ..session.core.diagram import mermaid  # noqa: PLC0415
 
     click.echo(mermaid(), nl=False)
 

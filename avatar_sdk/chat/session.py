@@ -31,8 +31,8 @@ from ..lifecycle.completion import CompletionSignal, default_hooks
 from ..logs import sdk_logger
 from ..redact import register_secret
 from ..tools.dispatch import ToolHandler
-from ..transport.genie import CONVERSE_PATH, GenieClient
-from ..transport.tls import client_context, connector, tls_error, unreachable_error
+from ..transport.net.genie import CONVERSE_PATH, GenieClient
+from ..transport.net.tls import client_context, connector, tls_error, unreachable_error
 from ..urls import check_url
 from ..wire import AgentEndTurn, AgentRawText, AgentStartSpeech, BrainSegment
 from ..wire.errors import ProtocolError

@@ -2,7 +2,8 @@
 asks and measures, and :class:`AudioProbe`, which lets a voice still playing end.
 
 ``turn()`` is ``session.ask()`` (the one implementation of reply matching,
-:mod:`avatar_sdk.session.replies`): it waits out the greeting and any reply still being said,
+:mod:`avatar_sdk.session.core.reply_match`): it waits out the greeting and any reply still being
+said,
 speaks, and takes the reply matched by the turn's own ids (a late reply to a timed-out turn
 is never taken for the next one's). A turn that times out is recorded (``ok=False,
 error="timeout"``) and the scenario goes on, while a session that ended under it raises,
@@ -24,8 +25,8 @@ from .measure import Measurement, measurement
 
 if TYPE_CHECKING:
     from ..events.bus import Event, Expectation
+    from ..session.core.reply_match import Reply
     from ..session.facade import AvatarSession
-    from ..session.replies import Reply
     from .plan import SessionSpec
 
 __all__ = [

@@ -13,17 +13,17 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .brain import SPIRAL_RECOVERY_PREFIX, ConversationGuards
-    from .spiral import SpiralBreaker, SpiralVerdict
-    from .watchdogs import PendingResponse, StallWatchdog
+    from .core.spiral import SpiralBreaker, SpiralVerdict
+    from .core.watchdogs import PendingResponse, StallWatchdog
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
     "ConversationGuards": ".brain",
-    "PendingResponse": ".watchdogs",
+    "PendingResponse": ".core.watchdogs",
     "SPIRAL_RECOVERY_PREFIX": ".brain",
-    "SpiralBreaker": ".spiral",
-    "SpiralVerdict": ".spiral",
-    "StallWatchdog": ".watchdogs",
+    "SpiralBreaker": ".core.spiral",
+    "SpiralVerdict": ".core.spiral",
+    "StallWatchdog": ".core.watchdogs",
 }
 
 __all__ = [

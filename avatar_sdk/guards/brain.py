@@ -18,9 +18,9 @@ from ..clock import SYSTEM_CLOCK, Clock, sleep_or
 from ..config import SessionConfig
 from ..observe import NO_OBSERVERS, Observers
 from ..tools.acks import ToolAckSender, ToolResponder
+from ..tools.core.pending import PendingAcks
+from ..tools.core.tracker import ToolTracker
 from ..tools.dispatch import Emit, ToolDispatcher, ToolHandler
-from ..tools.pending import PendingAcks
-from ..tools.tracker import ToolTracker
 from ..wire import (
     AgentEndTurn,
     AgentInterrupted,
@@ -35,8 +35,8 @@ from ..wire import (
     parse_tool_call,
     parse_tool_response_name,
 )
-from .spiral import SpiralBreaker
-from .watchdogs import PendingResponse, StallWatchdog
+from .core.spiral import SpiralBreaker
+from .core.watchdogs import PendingResponse, StallWatchdog
 
 #: Prepended (not substituted) to the abandoned turn when it is resent after a spiral.
 SPIRAL_RECOVERY_PREFIX: Final = "Please answer in words only this turn, without calling any tool. "

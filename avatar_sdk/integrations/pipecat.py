@@ -42,7 +42,7 @@ from pipecat.services.settings import ServiceSettings
 from ..errors import AvatarError, ErrorCode
 from ..events.stream import Event
 from ..logs import sdk_logger
-from ..scripted.config import ScriptedConfig
+from ..scripted.core.config import ScriptedConfig
 from ..scripted.say import SayHandle
 from ..scripted.session import ScriptedAvatarSession
 

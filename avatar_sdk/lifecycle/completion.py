@@ -39,7 +39,7 @@ from typing import Any, Final, Protocol
 from ..besteffort import best_effort
 from ..clock import SYSTEM_CLOCK, Clock, Timer
 from ..logs import sdk_logger
-from ..transport.genie import GenieClient, GenieOutcome
+from ..transport.net.genie import GenieClient, GenieOutcome
 from .leases import LEASE_DIR_ENV, ThreadLease, ThreadLeases, default_lease_dir, default_leases
 from .shutdown import ShutdownHooks, default_hooks, log_task_error
 

@@ -2,7 +2,7 @@
 
 The cheapest uplink is the one that encodes nothing: these sources yield Opus
 ``av.Packet``s (48 kHz, durations set) that the uplink sends unchanged (see
-:mod:`avatar_sdk.transport.asr`). They mix with PCM sources through ``switch_audio()``.
+:mod:`avatar_sdk.transport.rtc.asr`). They mix with PCM sources through ``switch_audio()``.
 
 * :class:`OpusFileSource` demuxes an Ogg/Opus file with PyAV (no decoder is ever opened)
   and paces its packets in real time by each packet's length.

@@ -1,6 +1,6 @@
 """Opus without a round trip: packet lengths, pre-encoded silence and tone, the voice encoder.
 
-Shared by the uplink (:mod:`avatar_sdk.transport.asr`), the pre-encoded sources
+Shared by the uplink (:mod:`avatar_sdk.transport.rtc.asr`), the pre-encoded sources
 (:mod:`.encoded`) and the staging backend's voice. It imports nothing from the transport
 layer, so the sources can use it without an import cycle.
 """

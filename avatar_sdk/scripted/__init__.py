@@ -9,7 +9,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .audio import pcm_tone
-    from .config import ScriptedConfig
+    from .core.config import ScriptedConfig
     from .say import SayHandle, SayResult
     from .session import ScriptedAvatarSession
 
@@ -18,7 +18,7 @@ _EXPORTS: dict[str, str] = {
     "SayHandle": ".say",
     "SayResult": ".say",
     "ScriptedAvatarSession": ".session",
-    "ScriptedConfig": ".config",
+    "ScriptedConfig": ".core.config",
     "pcm_tone": ".audio",
 }
 

@@ -12,8 +12,8 @@ import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..errors import AvatarError, ErrorCode
-from ..transport.tls import tls_error, unreachable_error
-from .protocol import classify_http_error
+from ..transport.net.tls import tls_error, unreachable_error
+from .core.protocol import classify_http_error
 
 __all__ = ["idempotent_retrying", "post_json", "transient"]
 

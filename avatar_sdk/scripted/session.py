@@ -3,7 +3,7 @@
 ``create`` → ``init-client`` → WHEP subscribe on enter; ``say`` uploads audio, ``interrupt``
 cuts it, ``end`` (on exit) releases it. Keep-alive runs on its own task while the session
 is open, the session token's expiry is watched (``session_expiring``), and the downlink is
-the SDK's own WHEP client (:class:`~avatar_sdk.transport.stv.StvDownlink`: host guard,
+the SDK's own WHEP client (:class:`~avatar_sdk.transport.rtc.stv.StvDownlink`: host guard,
 playable gate, liveness, re-subscribe on a dead peer). Each ``say`` returns a
 :class:`SayHandle` whose ``started`` / ``finished`` are read off the avatar's voice on the
 downlink (:class:`~.protocol.SayLedger`). The protocol: ``docs/scripted.md``.
@@ -28,18 +28,18 @@ from ..logs import sdk_logger
 from ..media.recorder import Recorder, record_avatar
 from ..media.sinks import frame_rms
 from ..redact import register_secret
-from ..session.health import Health
+from ..session.core.health import Health
 from ..session.supervisor import Supervisor
-from ..transport.channel_down import WATCH_TICK, ChannelDown, DownKind, downlink_down
-from ..transport.hostguard import HostGuard
-from ..transport.ice import TurnConfig, rtc_configuration
-from ..transport.media import GATE_SETTLE
-from ..transport.stv import FanoutTrack, StvDownlink, whep_http_session
-from ..transport.tls import client_context, connector
+from ..transport.liveness.channel_down import WATCH_TICK, ChannelDown, DownKind, downlink_down
+from ..transport.net.hostguard import HostGuard
+from ..transport.net.tls import client_context, connector
+from ..transport.rtc.ice import TurnConfig, rtc_configuration
+from ..transport.rtc.media import GATE_SETTLE
+from ..transport.rtc.stv import FanoutTrack, StvDownlink, whep_http_session
 from ..urls import check_url
 from . import audio as audio_prep
-from .config import HEALTHY_STRETCH, ScriptedConfig
-from .protocol import (
+from .core.config import HEALTHY_STRETCH, ScriptedConfig
+from .core.protocol import (
     CREATE_PATH,
     ClientInit,
     Created,
@@ -53,9 +53,9 @@ from .protocol import (
     say_form_fields,
     session_path,
 )
+from .core.states import UPSTREAM, ScriptedState, ScriptedStates
 from .rest import idempotent_retrying, post_json
 from .say import SayHandle, SayResult, settle
-from .states import UPSTREAM, ScriptedState, ScriptedStates
 from .tracks import ReaderIterator, VoiceHub
 
 __all__ = ["ScriptedAvatarSession"]
@@ -561,7 +561,8 @@ class ScriptedAvatarSession(EventSource):
 
     async def _downlink_watch(self) -> None:
         """Every :data:`WATCH_TICK`: the say ledger's timers, then the downlink's liveness
-        (the live session's rule, :func:`~avatar_sdk.transport.channel_down.downlink_down`);
+        (the live session's rule,
+        :func:`~avatar_sdk.transport.liveness.channel_down.downlink_down`);
         a dead downlink re-subscribes, at most ``max_resubscribes`` times in a row without a
         :data:`~.config.HEALTHY_STRETCH` of life between them."""
         c = self.config

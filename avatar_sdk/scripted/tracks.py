@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..media.sinks import FrameIterator
-from ..transport.stv import FanoutTrack
+from ..transport.rtc.stv import FanoutTrack
 
 __all__ = ["ReaderIterator", "VoiceHub"]
 

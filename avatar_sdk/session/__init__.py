@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .core.health import Health
+    from .core.reply_match import Reply
     from .facade import AvatarSession
-    from .health import Health
-    from .replies import Reply
-    from .speech import SpeechHandle
+    from .replies import SpeechHandle
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
     "AvatarSession": ".facade",
-    "Health": ".health",
-    "Reply": ".replies",
-    "SpeechHandle": ".speech",
+    "Health": ".core.health",
+    "Reply": ".core.reply_match",
+    "SpeechHandle": ".replies",
 }
 
 __all__ = ["AvatarSession", "Health", "Reply", "SpeechHandle"]

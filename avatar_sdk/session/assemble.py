@@ -27,27 +27,27 @@ from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer
 from ..logs import sdk_logger
 from ..observe import Observers
-from ..transport.asr import UplinkTrack
-from ..transport.stv import FanoutTrack
-from ..transport.voice_buffer import VoiceBufferCounts
+from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.core.voice_buffer import VoiceBufferCounts
+from ..transport.rtc.stv import FanoutTrack
 from ..wire import new_sticky_id
 from .connecting import Connecting
 from .conversation import ConversationView
+from .core.machine import SessionMachine
+from .core.stats import SessionStats
 from .endings import Endings
 from .genie_host import GenieHost
 from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
-from .machine import SessionMachine
+from .link_slot import LinkSlot
 from .ports import Late
 from .recovery import RecoveryController
 from .renewal import RenewalController
 from .renewal_parts import RenewalParts
-from .slot import LinkSlot
+from .replies import Replies
 from .spec import SessionSpec
-from .speech import Replies
-from .stats import SessionStats
 from .supervisor import Supervisor
-from .turn_sender import TurnDesk
+from .turn_desk import TurnDesk
 from .user_state import UserState
 from .user_turns import UserTurns
 from .watches import Watches

@@ -16,12 +16,12 @@ from typing import Any
 from ..clock import Clock
 from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
+from .core.machine import SessionMachine, Trigger
+from .core.stats import SessionStats
 from .endings import Endings
 from .genie_host import GenieHost
-from .machine import SessionMachine, Trigger
+from .link_slot import LinkSlot
 from .recovery import RecoveryController
-from .slot import LinkSlot
-from .stats import SessionStats
 
 __all__ = ["Connecting"]
 

@@ -20,15 +20,15 @@ from ..events.journal import Journal
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..logs import sdk_logger
-from ..transport.asr import UplinkTrack
-from ..transport.stv import FanoutTrack
+from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.stv import FanoutTrack
+from .core.machine import SessionMachine, Trigger
+from .core.outcome import Outcome
 from .genie_host import GenieHost
-from .machine import SessionMachine, Trigger
-from .outcome import Outcome
-from .slot import LinkSlot
-from .speech import Replies
+from .link_slot import LinkSlot
+from .replies import Replies
 from .supervisor import Supervisor
-from .turn_sender import TurnDesk
+from .turn_desk import TurnDesk
 
 log = sdk_logger("avatar_sdk.session")
 

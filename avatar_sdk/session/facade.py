@@ -23,18 +23,18 @@ from ..events.bus import EventSource
 from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
 from ..observe import Instrumentation, Observer, Observers
-from ..transport.ice import TurnConfig
-from ..transport.media import MediaLanes
-from ..transport.netwatch import NetworkWatcher
-from ..transport.stv import FanoutTrack
+from ..transport.net.netwatch import NetworkWatcher
+from ..transport.rtc.ice import TurnConfig
+from ..transport.rtc.media import MediaLanes
+from ..transport.rtc.stv import FanoutTrack
 from ..wire import Out, build_barge_in_marker, build_empty
 from .assemble import assemble
-from .health import Health
-from .machine import Trigger
-from .replies import Reply
+from .core.health import Health
+from .core.machine import Trigger
+from .core.reply_match import Reply
+from .core.stats import StatsSnapshot
+from .replies import SpeechHandle
 from .spec import SessionSpec
-from .speech import SpeechHandle
-from .stats import StatsSnapshot
 
 log = sdk_logger(__name__)
 

@@ -1,7 +1,7 @@
 """Where a session's genie calls go (``session_completed``, tool acknowledgements).
 
 In order: the ``genie_url`` the caller gave; the genie host paired with a known conversation
-host (:data:`~avatar_sdk.transport.genie.KNOWN_GENIE_HOSTS`); the genie URL the backend
+host (:data:`~avatar_sdk.transport.net.genie.KNOWN_GENIE_HOSTS`); the genie URL the backend
 names in its join answer (``clientConfiguration.genieUrl``, accepted only on the
 conversation host itself or its known genie host, since the token is sent there). Without
 any of them the session cannot complete its thread: it says so once, at its first
@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import AvatarError
 from ..logs import sdk_logger
 from ..observe import Observer
-from ..transport.genie import GenieClient, advertised_genie_url, known_genie_url
+from ..transport.net.genie import GenieClient, advertised_genie_url, known_genie_url
 from ..urls import check_url
 
 log = sdk_logger(__name__)

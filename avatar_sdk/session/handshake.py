@@ -16,7 +16,7 @@ from typing import Any
 from ..clock import Clock
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
-from ..transport.control import ControlChannel
+from ..transport.socketio.control import ControlChannel
 from ..wire import (
     AskPermissions,
     ClientConfiguration,
@@ -30,7 +30,7 @@ from ..wire import (
     build_join,
     build_stv_new_session,
 )
-from .machine import Trigger, step_timeout
+from .core.machine import Trigger, step_timeout
 
 
 class Handshake:

@@ -1,7 +1,8 @@
 """InboundHandler: carries out what the pure router says an inbound event means.
 
 Facts from the current link (events, protocol errors, disconnects) arrive here; the
-:func:`~avatar_sdk.session.router.route` decision is applied to the machine's data, the turn desk,
+:func:`~avatar_sdk.session.core.router.route` decision is applied to the machine's data, the turn
+desk,
 the conversation view, the guards and the lifecycle, and anything that takes time (an end,
 a recovery, a spiral rebuild, waiting for a restarting agent) is started as a supervised
 task. Nothing here may raise into the socket's read loop.
@@ -22,16 +23,16 @@ from ..logs import sdk_logger
 from ..wire import ConversationTimeExpired, InboundEvent
 from ..wire.disconnect import IO_SERVER_DISCONNECT
 from .conversation import ConversationView
-from .decisions import decide_disconnect
+from .core.decisions import decide_disconnect
+from .core.machine import SessionMachine, Trigger
+from .core.router import route
+from .core.stats import SessionStats
 from .endings import Endings
 from .link import ServerLink
-from .machine import SessionMachine, Trigger
+from .link_slot import LinkSlot
 from .recovery import RecoveryController
 from .renewal import RenewalController
-from .router import route
-from .slot import LinkSlot
-from .stats import SessionStats
-from .turn_sender import TurnDesk
+from .turn_desk import TurnDesk
 from .user_state import UserState
 
 log = sdk_logger("avatar_sdk.session")

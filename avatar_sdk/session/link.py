@@ -21,12 +21,12 @@ from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..observe import Observer
-from ..transport.asr import UplinkTrack
-from ..transport.control import ControlChannel, WireCounters
-from ..transport.ice import TurnConfig
-from ..transport.media import MediaLanes
-from ..transport.stv import FanoutTrack
-from ..transport.voice_buffer import VoiceBufferCounts
+from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.core.voice_buffer import VoiceBufferCounts
+from ..transport.rtc.ice import TurnConfig
+from ..transport.rtc.media import MediaLanes
+from ..transport.rtc.stv import FanoutTrack
+from ..transport.socketio.control import ControlChannel, WireCounters
 from ..wire import (
     AvailabilityResult,
     In,
@@ -40,6 +40,8 @@ from ..wire import (
     new_room_id,
     parse_event,
 )
+from .core.machine import Trigger
+from .core.router import FATAL_EVENTS, HANDSHAKE_EVENTS
 from .handshake import (
     Advance,
     Deadline,
@@ -48,9 +50,7 @@ from .handshake import (
     run_handshake,
     wait_step,
 )
-from .machine import Trigger
 from .ports import Late
-from .router import FATAL_EVENTS, HANDSHAKE_EVENTS
 
 log = sdk_logger(__name__)
 
@@ -290,7 +290,7 @@ class LinkBuilder:
 
         ``hidden``: a silent uplink track for a link prepared unseen (a renewal's): its
         uplink sends that, and its downlink's frames go nowhere until
-        :meth:`~avatar_sdk.transport.media.MediaLanes.reveal`."""
+        :meth:`~avatar_sdk.transport.rtc.media.MediaLanes.reveal`."""
         cfg = self._config
         timeout, _ = deadline.clip(cfg.server_connect_timeout, ErrorCode.CONNECT_TIMEOUT)
         await link.channel.open(timeout)

@@ -25,14 +25,14 @@ from ..clock import Clock, sleep_or
 from ..config import SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..transport.channel_down import WATCH_TICK, DownKind
-from ..transport.media import MediaLanes
-from ..transport.quality import ByteMark, summarize
-from .decisions import decide_media_down
+from ..transport.liveness.channel_down import WATCH_TICK, DownKind
+from ..transport.liveness.quality import ByteMark, summarize
+from ..transport.rtc.media import MediaLanes
+from .core.decisions import decide_media_down
+from .core.machine import SessionMachine, Trigger
+from .core.stats import SessionStats
 from .link import ServerLink
-from .machine import SessionMachine, Trigger
-from .slot import LinkSlot
-from .stats import SessionStats
+from .link_slot import LinkSlot
 
 log = sdk_logger("avatar_sdk.session")
 

@@ -23,19 +23,19 @@ from ..clock import Clock
 from ..config import RetryPolicy, SessionConfig
 from ..errors import AvatarError, Category, ErrorCode
 from ..logs import sdk_logger
-from ..transport.netchange import stranded
+from ..transport.liveness.netchange import stranded
 from ..wire.disconnect import TRANSPORT_ERROR
-from .capacity import capacity_delay
-from .clock_jump import ClockJumpDetector
-from .decisions import decide_connect_failure
+from .core.capacity import capacity_delay
+from .core.clock_jump import ClockJumpDetector
+from .core.decisions import decide_connect_failure
+from .core.machine import SessionMachine, Trigger
+from .core.outcome import Outcome
+from .core.retry_budget import ColdStreak, socket_tier_delay
+from .core.stats import SessionStats, Tier
 from .handshake import Deadline
 from .link import LinkBuilder, ServerLink
-from .machine import SessionMachine, Trigger
+from .link_slot import LinkSlot
 from .media_recovery import MediaTier
-from .outcome import Outcome
-from .retry_budget import ColdStreak, socket_tier_delay
-from .slot import LinkSlot
-from .stats import SessionStats, Tier
 
 log = sdk_logger("avatar_sdk.session")
 

@@ -36,16 +36,16 @@ from ..clock import Clock, sleep_or
 from ..config import RenewalPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from ..transport.asr import UplinkTrack
+from ..transport.rtc.asr import UplinkTrack
 from ..wire import In, InboundEvent, TimeWarning
+from .core.machine import SessionMachine, Trigger
+from .core.renewal_plan import TimeLeft, renewal_due, swap_deadline
+from .core.stats import SessionStats
+from .core.turns import TurnGate
 from .handshake import Deadline
 from .link import LinkBuilder, LinkListener, ServerLink
-from .machine import SessionMachine, Trigger
+from .link_slot import LinkSlot
 from .renewal_parts import RenewalParts
-from .renewal_plan import TimeLeft, renewal_due, swap_deadline
-from .slot import LinkSlot
-from .stats import SessionStats
-from .turns import TurnGate
 
 log = sdk_logger("avatar_sdk.session")
 

@@ -15,16 +15,16 @@ from typing import Any
 from ..clock import Clock
 from ..errors import ErrorCode
 from ..guards.brain import ConversationGuards
-from ..transport.asr import UplinkTrack
-from ..transport.stv import FanoutTrack
+from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.stv import FanoutTrack
 from .conversation import ConversationView
+from .core.machine import SessionMachine
+from .core.renewal_plan import Boundary
 from .endings import Endings
 from .link import ServerLink
-from .machine import SessionMachine
 from .recovery import RecoveryController
-from .renewal_plan import Boundary
-from .speech import Replies
-from .turn_sender import TurnDesk
+from .replies import Replies
+from .turn_desk import TurnDesk
 from .user_state import UserState
 
 __all__ = ["RenewalParts"]

@@ -1,372 +1,437 @@
-"""Which agent turn answers which user turn, and when the avatar has the floor.
+"""Speech handles: what ``speak()`` returns, and the reply each user turn gets.
 
-Pure: no I/O, no clock of its own (every fact arrives with its time). The session feeds
-its public conversation events (``agent_speech_started``, ``agent_text``,
-``agent_turn_ended``, ``agent_talking``, ``agent_interrupted``, ``caption``) to one
-:class:`Floor` and to a :class:`ReplyMatch` per user turn in flight, and builds the
-:class:`Reply` of ``speak()`` handles and ``ask()`` from them.
-
-**Matching by the turn's own ids.** The server mints a ``transcript`` speechId for every
-user turn it takes, its payload the turn's text (PROTOCOL.md §3.7:
-``<nonce>-transcript-<text>``, the payload maybe cut short), and every event of the answer
-carries that speechId or the agent turn id announced with it. A reply is the agent turn
-whose speechId answers the text as it was sent (the same rule that confirms receipt,
-:func:`~avatar_sdk.session.turns.speech_id_answers`), that was not seen before the turn was
-sent (a late answer to an earlier turn with the same words carries another nonce, seen
-before). A speech that starts with a speechId of no known form (a backend that sends none)
-is taken as the reply too: nothing else could tell. Its spoken text is the ``agent_text``
-segments whose ``spoken`` flag is set (what the avatar says out loud; not tool calls, tool
-responses, thinking or UI payloads), joined.
-
-**The floor.** A question sent while the avatar is still talking is a barge-in: the server
-cuts the answer in flight. :class:`Floor` says whether an agent turn is still generating or
-being said, so ``ask()`` sends only once it is over.
+The I/O glue around the pure matching of :mod:`avatar_sdk.session.core.reply_match`. One
+:class:`Replies` per session subscribes to its conversation events, keeps the
+:class:`~avatar_sdk.session.core.reply_match.Floor` and feeds a
+:class:`~avatar_sdk.session.core.reply_match.ReplyMatch` per :class:`SpeechHandle` in flight (and,
+with media, the avatar voice's audible onsets); ``ask()`` is ``speak()`` after the floor is
+free, then ``await handle.reply()``: one implementation of reply matching.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Final
 
-from .turns import speech_id_answers
+from ..clock import Clock, Timer, sleep_or
+from ..errors import AvatarError, ErrorCode
+from ..guards.brain import SPIRAL_RECOVERY_PREFIX
+from ..logs import sdk_logger
+from .core.reply_match import (
+    AUDIO_GRACE,
+    PLAYOUT_CAP,
+    TALK_START_GRACE,
+    Floor,
+    Onset,
+    Reply,
+    ReplyMatch,
+)
 
-__all__ = [
-    "AUDIO_GRACE",
-    "TALK_START_GRACE",
-    "Floor",
-    "Onset",
-    "Reply",
-    "ReplyMatch",
-]
+if TYPE_CHECKING:
+    from ..events.bus import Event
 
-#: After an agent turn with spoken text ended, how long the avatar may take to start
-#: saying it (``agent_talking``) before the floor counts as free anyway (a backend that
-#: reports no talking, a media-less session), seconds.
-TALK_START_GRACE: Final = 1.0
-#: After the avatar finished saying the reply, how long ``ask()`` still waits for its first audible
-#: frame (the media path lags the control channel by a jitter buffer or so), seconds.
-AUDIO_GRACE: Final = 1.0
-#: With media, how long a reply waits for its voice or for the avatar to finish saying it,
-#: before the :data:`AUDIO_GRACE` (seconds): a bound for a backend that never says so.
-PLAYOUT_CAP: Final = 10.0
+log = sdk_logger("avatar_sdk.session")
 
+__all__ = ["Replies", "SpeechHandle"]
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The avatar's reply to one user turn (``await session.ask(text)``,
-    ``await handle.reply()``). Latencies are seconds on the session's clock from the moment
-    the turn was written to the socket (``sent_at``), so they exclude any wait before it
-    (the greeting, a reply still playing: ``waited``); None where not seen."""
-
-    #: What the avatar said: its spoken segments, joined (tool calls and thinking left out).
-    text: str
-    #: The user turn as it was sent (cut to the protocol limit; several texts held during
-    #: the greeting go out joined by newlines, as one turn with one answer).
-    question: str
-    #: The speechId the server minted for the turn, and the agent turn id(s) announced
-    #: with it: the ids the reply was matched by.
-    speech_id: str | None
-    turn_ids: tuple[str, ...]
-    #: When the turn was written (session clock, ``clock.monotonic()``), and how long the
-    #: call waited before that (``ask()``: for the greeting or a reply still playing).
-    sent_at: float
-    waited: float
-    #: Sent → first spoken text; → first audible avatar frame (media sessions); → the
-    #: reply's ``agent_turn_ended``; → the avatar finished saying it (``agent_talking``
-    #: false, or its turn ended with nothing to say).
-    text_latency: float | None
-    audio_latency: float | None
-    end_latency: float | None
-    played_latency: float | None
-    #: The reply was cut short before the avatar finished saying it, and by what if known:
-    #: ``"speak"`` (another user turn), ``"interrupt"`` (``interrupt()``), ``"user_voice"``
-    #: (the user started talking), ``"server"`` (``agent_interrupted`` with no cause seen
-    #: here), ``"superseded"`` (another agent turn began).
-    interrupted: bool
-    interrupted_by: str | None
-    #: The turn was resent after a recovery (``turn_resent``); the reply is the resent
-    #: turn's.
-    resent: bool
-
-    @property
-    def ended(self) -> bool:
-        """The reply's agent turn ended (``agent_turn_ended``)."""
-        return self.end_latency is not None
-
-    @property
-    def played(self) -> bool:
-        """The avatar finished saying it (or it had nothing to say)."""
-        return self.played_latency is not None
+#: Handles whose reply is still followed, at most; the oldest is let go first (its
+#: ``reply()`` raises ``invalid_state``), so turns nobody awaits cost nothing forever.
+MAX_LIVE_HANDLES: Final = 64
+#: Speech ids remembered as seen (never the reply of a turn registered after them).
+SEEN_SPEECH_IDS: Final = 256
+#: The events a reply is made of.
+REPLY_EVENTS: Final = (
+    "agent_speech_started",
+    "agent_text",
+    "agent_turn_ended",
+    "agent_talking",
+    "agent_interrupted",
+    "caption",
+)
+#: An avatar audio frame louder than this RMS (full scale 1.0) is speech.
+AUDIBLE_RMS: Final = 0.01
+#: Quiet avatar frames in a row that mean its voice is over on this side (100 ms of 20 ms
+#: frames): the media path lags the control channel, so a reply said to its end on the
+#: server may still be heard here for a jitter buffer or so.
+QUIET_FRAMES: Final = 5
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+class SpeechHandle:
+    """One user turn, from ``speak()`` on (like LiveKit's ``SpeechHandle``).
 
-
-@dataclass(slots=True)
-class Onset:
-    """The first audible frame after a quiet one, once armed: a reply's voice begins after
-    silence, while a frame audible right after arming may be the previous voice still
-    playing (the media path lags the control channel)."""
-
-    threshold: float
-    at: float | None = None
-    _primed: bool = False
-
-    def feed(self, level: float, at: float) -> bool:
-        """One frame's RMS level at ``at``; True when this frame is the onset."""
-        if self.at is not None:
-            return False
-        if level <= self.threshold:
-            self._primed = True
-            return False
-        if self._primed:
-            self.at = at
-            return True
-        return False
-
-
-@dataclass(slots=True)
-class ReplyMatch:
-    """The events of one user turn's reply (see the module docstring)."""
-
-    #: Speech ids seen before the turn was registered: never this turn's reply.
-    stale: Collection[str] = ()
-    question: str | None = None
-    sent_at: float | None = None
-    speech_id: str | None = None
-    turn_ids: list[str] = field(default_factory=list)
-    words: list[str] = field(default_factory=list)
-    text_at: float | None = None
-    audio_at: float | None = None
-    ended_at: float | None = None
-    talking_at: float | None = None
-    played_at: float | None = None
-    interrupted_by: str | None = None
-    resent: bool = False
-    #: A user action after the send that would cut the reply (speak, interrupt, voice).
-    cause: str | None = None
-    _also: set[str] = field(default_factory=set)
-    _seen_after: set[str] = field(default_factory=set)
-    _current: str | None = None
-    _spoke: bool = False
-
-    # -- the user turn ----------------------------------------------------------------------
-    def sent(self, text: str, at: float) -> None:
-        """The turn was written to the socket as ``text`` (possibly again: a held turn)."""
-        self.question, self.sent_at = text, at
-
-    def also_answers(self, text: str) -> None:
-        """A speechId whose payload is ``text`` answers this turn too (a spiral resend)."""
-        self._also.add(text)
-
-    def restart(self, *, resent: bool = True) -> None:
-        """The turn went out again (a resend after a recovery): a reply begun before it is
-        not the reply; the resent turn's is."""
-        if self.speech_id is not None:
-            self.stale = {*self.stale, self.speech_id}
-        self.speech_id, self.turn_ids, self.words = None, [], []
-        self.text_at = self.audio_at = self.ended_at = None
-        self.talking_at = self.played_at = None
-        self.interrupted_by, self._spoke = None, False
-        self.resent = self.resent or resent
-
-    def note_user(self, cause: str) -> None:
-        """The user acted after the send (``"speak"``, ``"interrupt"``, ``"user_voice"``):
-        an interruption that follows is theirs."""
-        if self.sent_at is not None and self.played_at is None:
-            self.cause = cause
-
-    # -- matching ---------------------------------------------------------------------------
-    def _answers(self, speech_id: str | None) -> bool | None:
-        """Whether a speech with this id answers the turn: True, False, or None when the id
-        says nothing (absent, or of no known form)."""
-        if self.question is None or (speech_id is not None and speech_id in self.stale):
-            return False
-        verdict = speech_id_answers(speech_id, self.question)
-        if verdict is False and any(speech_id_answers(speech_id, t) for t in self._also):
-            return True
-        return verdict
-
-    def _adopt(self, speech_id: str | None, turn_id: str | None) -> None:
-        self.speech_id = speech_id
-        if turn_id is not None and turn_id not in self.turn_ids:
-            self.turn_ids.append(turn_id)
-
-    def _ours(self, speech_id: str | None, turn_id: str | None) -> bool:
-        if self.speech_id is None and not self.turn_ids:
-            return False
-        if speech_id is not None:
-            return speech_id == self.speech_id
-        return turn_id is not None and turn_id in self.turn_ids
-
-    @property
-    def adopted(self) -> bool:
-        return self.speech_id is not None or bool(self.turn_ids)
-
-    def feed(self, name: str, data: Mapping[str, Any], at: float) -> None:
-        """One public event, with its time (``Event.at``)."""
-        if self.sent_at is None:
-            return  # not sent yet: nothing can answer it
-        speech_id, turn_id = _str(data.get("speech_id")), _str(data.get("turn_id"))
-        if name == "agent_speech_started":
-            self._speech_started(speech_id, turn_id, data.get("is_new_turn") is not False, at)
-        elif name == "agent_text":
-            if not self.adopted and self._answers(speech_id):
-                self._adopt(speech_id, turn_id)  # a backend that announces no speech
-            ours = self._ours(speech_id, turn_id) and self.ended_at is None
-            if ours and data.get("spoken") is True:
-                self.words.append(str(data.get("content") or ""))
-                self._spoke = True
-                if self.text_at is None:
-                    self.text_at = at
-        elif name == "agent_turn_ended":
-            if self._ours(speech_id, turn_id) and self.ended_at is None:
-                self.ended_at = at
-                if turn_id is not None and turn_id not in self.turn_ids:
-                    self.turn_ids.append(turn_id)
-        elif name == "agent_talking":
-            if self.adopted and self._current == self.speech_id and self.played_at is None:
-                if data.get("talking") is True:
-                    self.talking_at = self.talking_at if self.talking_at is not None else at
-                elif self.talking_at is not None or self.ended_at is not None:
-                    self.played_at = at
-        elif (
-            name == "agent_interrupted"
-            and self.adopted
-            and self._current == self.speech_id
-            and self.played_at is None
-        ):
-            self.interrupted_by = self.cause or "server"
-
-    def _speech_started(
-        self, speech_id: str | None, turn_id: str | None, new_turn: bool, at: float
-    ) -> None:
-        if not new_turn:
-            if self._ours(speech_id, None) and turn_id is not None:
-                self._adopt(self.speech_id, turn_id)  # a continuation of our turn
-            return
-        if self.adopted and speech_id != self.speech_id:
-            if self.played_at is None:  # another agent turn took over before ours was said
-                if self.interrupted_by is None and (
-                    self.ended_at is None or self.talking_at is not None
-                ):
-                    self.interrupted_by = self.cause or "superseded"
-                self.played_at = at
-            self._current = speech_id
-            return
-        self._current = speech_id
-        fresh = not self.adopted and speech_id not in self._seen_after
-        if fresh and self._answers(speech_id) is not False:
-            self._adopt(speech_id, turn_id)
-        if speech_id is not None:
-            self._seen_after.add(speech_id)
-
-    def audio(self, at: float) -> None:
-        """The first audible avatar frame after the send (an :class:`Onset`)."""
-        if self.audio_at is None and self.sent_at is not None and at >= self.sent_at:
-            self.audio_at = at
-
-    def settle(self, at: float) -> None:
-        """The reply ended with nothing (more) to say: it counts as played from ``at``
-        (its turn ended with no spoken text, or the avatar never reported talking)."""
-        if self.played_at is None and self.ended_at is not None:
-            self.played_at = at
-
-    # -- what it adds up to -----------------------------------------------------------------
-    @property
-    def ended(self) -> bool:
-        return self.ended_at is not None
-
-    @property
-    def spoke(self) -> bool:
-        """The reply carried spoken text."""
-        return self._spoke
-
-    @property
-    def played(self) -> bool:
-        return self.played_at is not None
-
-    def snapshot(self, *, waited: float = 0.0) -> Reply:
-        """The reply as known now."""
-        sent = self.sent_at if self.sent_at is not None else 0.0
-
-        def since(at: float | None) -> float | None:
-            return None if at is None or self.sent_at is None else max(0.0, at - sent)
-
-        return Reply(
-            text="".join(self.words).strip(),
-            question=self.question or "",
-            speech_id=self.speech_id,
-            turn_ids=tuple(self.turn_ids),
-            sent_at=sent,
-            waited=max(0.0, waited),
-            text_latency=since(self.text_at),
-            audio_latency=since(self.audio_at),
-            end_latency=since(self.ended_at),
-            played_latency=since(self.played_at),
-            interrupted=self.interrupted_by is not None,
-            interrupted_by=self.interrupted_by,
-            resent=self.resent,
-        )
-
-
-@dataclass(slots=True)
-class Floor:
-    """Whether an agent turn holds the floor: still generating, or still being said.
-
-    Fed every public conversation event. An agent turn holds it from its
-    ``agent_speech_started`` (a new turn) until its ``agent_turn_ended`` and, if it had
-    spoken text, until ``agent_talking`` false (or ``agent_interrupted``); a turn with
-    spoken text whose talking never began frees it :data:`TALK_START_GRACE` after its end.
+    ``await handle`` (and so ``await session.speak(text)``) returns once the turn was
+    written to the socket, raising ``AvatarError`` as ``speak()`` always did; it returns
+    the handle. ``await handle.reply(timeout=...)`` is the avatar's :class:`Reply` to this
+    turn once its agent turn ended; ``await handle.wait_for_playout(timeout=...)`` once
+    the avatar finished saying it. Cancelling any of these awaits leaves the turn alone.
     """
 
-    speech_id: str | None = None
-    generating: bool = False
-    talking: bool = False
-    spoke: bool = False
-    ended_at: float | None = None
-    talked: bool = False
+    def __init__(self, text: str, number: int, clock: Clock, match: ReplyMatch) -> None:
+        self._text = text
+        self.id = number
+        self._clock = clock
+        self._match = match
+        loop = asyncio.get_running_loop()
+        self._sent: asyncio.Future[None] = loop.create_future()
+        self._sent.add_done_callback(_retrieve)
+        self._changed = asyncio.Event()
+        self._error: AvatarError | None = None
+        self._onset: Onset | None = None
+        self._linger: Timer | None = None
+        self._settle: Timer | None = None
+        self._audio_wanted = False
+        self.waited = 0.0
 
-    def feed(self, name: str, data: Mapping[str, Any], at: float) -> None:
-        if name == "agent_speech_started":
-            if data.get("is_new_turn") is not False:
-                self.speech_id = _str(data.get("speech_id"))
-                self.generating, self.spoke, self.ended_at, self.talked = True, False, None, False
-        elif name == "agent_text":
-            if data.get("spoken") is True and data.get("content"):
-                self.spoke = True
-        elif name == "caption":
-            self.spoke = True
-        elif name == "agent_turn_ended":
-            sid = _str(data.get("speech_id"))
-            if sid is None or self.speech_id is None or sid == self.speech_id:
-                self.generating, self.ended_at = False, at
-        elif name == "agent_talking":
-            self.talking = data.get("talking") is True
-            self.talked = self.talked or self.talking
-        elif name == "agent_interrupted":
-            self.talking = False
-            self.talked = True
-            self.generating = False
+    def __repr__(self) -> str:
+        state = "failed" if self._error else "done" if self.done() else "live"
+        return f"<SpeechHandle #{self.id} {state} turn_id={self.turn_id!r}>"
 
-    def reset(self) -> None:
-        """The session's agent turns are gone (it ended, or was rebuilt)."""
-        self.generating = self.talking = self.spoke = self.talked = False
-        self.ended_at = None
+    # -- what it is -------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """The turn as sent (or to be sent)."""
+        return self._match.question or self._text
 
-    def busy(self, now: float) -> bool:
-        """Whether a question now would cut an agent turn short."""
-        if self.generating or self.talking:
-            return True
-        if self.spoke and not self.talked and self.ended_at is not None:
-            return now < self.ended_at + TALK_START_GRACE
-        return False
+    @property
+    def speech_id(self) -> str | None:
+        """The speechId the server minted for the turn, once its reply began."""
+        return self._match.speech_id
 
-    def recheck_in(self, now: float) -> float | None:
-        """Seconds until :meth:`busy` may change with no event (the talking grace), or None
-        (only an event changes it)."""
-        if self.generating or self.talking or not self.busy(now) or self.ended_at is None:
-            return None
-        return max(0.0, self.ended_at + TALK_START_GRACE - now)
+    @property
+    def turn_id(self) -> str | None:
+        """The agent turn id of the reply, once it began (None before)."""
+        return self._match.turn_ids[0] if self._match.turn_ids else None
+
+    @property
+    def is_sent(self) -> bool:
+        return self._sent.done() and self._sent.exception() is None
+
+    @property
+    def interrupted(self) -> bool:
+        """The reply was cut short (so far)."""
+        return self._match.interrupted_by is not None
+
+    def done(self) -> bool:
+        """True once the avatar finished saying the reply, or the turn failed."""
+        return (
+            self._error is not None
+            or self._match.played
+            or (self._sent.done() and self._sent.exception() is not None)
+        )
+
+    # -- waiting ----------------------------------------------------------------------------
+    def __await__(self) -> Generator[Any, None, SpeechHandle]:
+        yield from self.sent().__await__()
+        return self
+
+    async def sent(self) -> None:
+        """Return once the turn was written to the socket (a turn held during a recovery or
+        the greeting: once it went out); ``AvatarError`` if the session ended first."""
+        await asyncio.shield(self._sent)
+
+    async def reply(self, *, timeout: float | None = 30.0) -> Reply:
+        """The reply to this turn once its agent turn ended (with media, also its first
+        audible frame, or :data:`~avatar_sdk.session.core.reply_match.AUDIO_GRACE` after the avatar
+        finished saying it).
+
+        ``timeout`` (seconds, session clock; None: no limit) counts from this call:
+        ``TimeoutError`` when it passes. ``AvatarError`` when the session ends or fails
+        first (its code: ``closed``, ``server_ended``, or the failure's)."""
+        deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
+        await self._until(lambda: self._match.ended or self._match.played, deadline)
+        if self._audio_wanted and self._match.spoke and self._match.audio_at is None:
+            # Its voice lags the control channel (more so on a loaded machine): it is heard
+            # while the avatar says the reply, or soon after; AUDIO_GRACE past the end of
+            # the saying (at most PLAYOUT_CAP for a backend that never says it ended).
+            match, clock = self._match, self._clock
+            with contextlib.suppress(TimeoutError):  # complete; its voice was not heard
+                cap = clock.monotonic() + PLAYOUT_CAP
+                await self._until(
+                    lambda: match.audio_at is not None or match.played,
+                    cap if deadline is None else min(cap, deadline),
+                )
+                grace = clock.monotonic() + AUDIO_GRACE
+                await self._until(
+                    lambda: match.audio_at is not None,
+                    grace if deadline is None else min(grace, deadline),
+                )
+        return self._match.snapshot(waited=self.waited)
+
+    async def wait_for_playout(self, *, timeout: float | None = 60.0) -> Reply:
+        """The reply once the avatar finished saying it (``agent_talking`` false, or its
+        turn ended with nothing to say): ``interrupted`` is then final."""
+        deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
+        await self._until(lambda: self._match.played, deadline)
+        return self._match.snapshot(waited=self.waited)
+
+    async def _until(self, ready: Callable[[], bool], deadline: float | None) -> None:
+        await self.sent()
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            left = None if deadline is None else deadline - self._clock.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"no reply to turn #{self.id} in time")
+            self._changed.clear()
+            if left is None:
+                await self._changed.wait()
+            else:
+                await sleep_or(self._clock, left, self._changed)
+
+    # -- fed by the session -----------------------------------------------------------------
+    def _on_sent(self, text: str) -> None:
+        self._match.sent(text, self._clock.monotonic())
+        self._changed.set()
+
+    def _resolve_sent(self, error: BaseException | None) -> None:
+        if self._sent.done():
+            return
+        if error is None:
+            self._sent.set_result(None)
+        else:
+            self._sent.set_exception(error)
+        self._changed.set()
+
+    def _feed(self, event: Event) -> None:
+        match = self._match
+        was_ended, was_played = match.ended, match.played
+        match.feed(event.name, event.data, event.at)
+        if match.ended and not was_ended:
+            if not match.spoke:
+                match.settle(event.at)  # nothing to say: nothing to play
+            elif match.talking_at is None:
+                self._settle = self._clock.call_later(TALK_START_GRACE, self._no_talking)
+        if match.played and not was_played:
+            # Its voice may still be on its way (the media path lags the control channel):
+            # the onset stays armed AUDIO_GRACE longer.
+            self._linger = self._clock.call_later(AUDIO_GRACE, self._disarm)
+        self._changed.set()
+
+    def _no_talking(self) -> None:
+        if self._match.talking_at is None and not self._match.played:
+            self._match.settle(self._clock.monotonic())
+            self._disarm()
+            self._changed.set()
+
+    def _restart(self) -> None:
+        """The turn was resent after a recovery: the resent turn's reply is the reply."""
+        self._match.restart()
+        self._match.sent(self._match.question or self._text, self._clock.monotonic())
+        if self._audio_wanted:
+            self._onset = Onset(AUDIBLE_RMS)
+        self._changed.set()
+
+    def _arm_audio(self) -> None:
+        self._audio_wanted = True
+        self._onset = Onset(AUDIBLE_RMS)
+
+    def _disarm(self) -> None:
+        self._onset = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+
+    def _listening(self) -> bool:
+        return self._onset is not None and self._match.sent_at is not None
+
+    def _level(self, level: float, at: float) -> None:
+        onset = self._onset
+        if onset is not None and onset.feed(level, at):
+            self._match.audio(at)
+            self._onset = None
+            self._changed.set()
+
+    def _fail(self, error: AvatarError) -> None:
+        if self._error is None and not self._match.played:
+            self._error = error
+        self._resolve_sent(error)
+        self._disarm()
+        self._changed.set()
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """A turn nobody awaited failed: logged, never "exception was never retrieved"."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("a turn nobody awaited failed: %s", type(fut.exception()).__name__)
+
+
+def _seconds(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise AvatarError(
+            ErrorCode.INVALID_ARGUMENT, f"timeout must be seconds >= 0 or None ({value!r})"
+        )
+    return float(value)
+
+
+class Replies:
+    """The session's speech handles and its floor (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        on: Callable[[str, Callable[[Event], None]], object],
+        audio: Any = None,
+    ) -> None:
+        self._clock = clock
+        self.floor = Floor()
+        self._floor_changed = asyncio.Event()
+        self._seen: dict[str, None] = {}
+        self._live: list[SpeechHandle] = []
+        self._numbers = itertools.count(1)
+        self._ended: AvatarError | None = None
+        self._audio = audio
+        self._quiet_run: int | None = None  # counting quiet frames while an ask waits
+        self._quiet = asyncio.Event()
+        for name in REPLY_EVENTS:
+            on(name, self._on_event)
+        on("turn_resent", self._on_resent)
+        on("spiral_recovered", self._on_spiral)
+        on("user_started_talking", lambda _event: self.note_user("user_voice"))
+        if audio is not None:
+            audio.on_frame = self._on_frame
+            audio.tap_wants = self._wants_frames
+
+    # -- handles ----------------------------------------------------------------------------
+    def register(self, text: str, *, media: bool) -> SpeechHandle:
+        """A handle for a turn about to be spoken (before it is sent: nothing missed)."""
+        match = ReplyMatch(stale=frozenset(self._seen))
+        handle = SpeechHandle(text, next(self._numbers), self._clock, match)
+        if media and self._audio is not None:
+            handle._arm_audio()
+        self._live.append(handle)
+        if len(self._live) > MAX_LIVE_HANDLES:
+            oldest = self._live.pop(0)
+            oldest._fail(
+                AvatarError(ErrorCode.INVALID_STATE, "too many turns in flight to follow its reply")
+            )
+        return handle
+
+    def note_user(self, cause: str) -> None:
+        """A user turn or barge-in: a reply in flight that is cut next was cut by it."""
+        for handle in self._live:
+            handle._match.note_user(cause)
+
+    def fail_all(self, error: AvatarError) -> None:
+        """The session ended: every handle in flight and every wait for the floor fails."""
+        self._ended = error
+        self.floor.reset()
+        self._floor_changed.set()
+        live, self._live = self._live, []
+        for handle in live:
+            handle._fail(error)
+
+    def awaiting(self) -> int:
+        """Turns sent whose reply has not ended yet (a renewal waits for none)."""
+        return sum(1 for h in self._live if h.is_sent and not h._match.ended and h._error is None)
+
+    def cut(self) -> list[str]:
+        """A renewal's swap cut the agent turn in progress (its old server session is
+        gone): the floor is free, and the texts of the turns whose reply had not ended are
+        returned, to be asked again on the new server session."""
+        self.floor.reset()
+        self._floor_changed.set()
+        return [
+            h._match.question or h.text
+            for h in self._live
+            if h.is_sent and not h._match.ended and h._error is None
+        ]
+
+    # -- the floor --------------------------------------------------------------------------
+    @property
+    def ended(self) -> AvatarError | None:
+        """The error the session ended with, once it did."""
+        return self._ended
+
+    async def until_free(self, deadline: float, gate_open: Callable[[], bool]) -> None:
+        """Until no agent turn holds the floor and ``gate_open()`` (the server takes typed
+        turns); ``TimeoutError`` at ``deadline`` (session clock), ``AvatarError`` if the
+        session ends meanwhile. Re-checked at every conversation event."""
+        clock = self._clock
+        while True:
+            if self._ended is not None:
+                raise self._ended
+            now = clock.monotonic()
+            if gate_open() and not self.floor.busy(now):
+                return
+            left = deadline - now
+            if left <= 0:
+                raise TimeoutError("the avatar kept the floor")
+            recheck = self.floor.recheck_in(now)
+            self._floor_changed.clear()
+            await sleep_or(
+                clock, left if recheck is None else min(left, recheck), self._floor_changed
+            )
+
+    async def until_quiet(self, deadline: float) -> None:
+        """With media: until the avatar's voice is quiet on this side (:data:`QUIET_FRAMES`
+        quiet frames in a row), at most :data:`AUDIO_GRACE` or until ``deadline``; at once
+        without media. The control channel says a reply was said before its last audio
+        arrives here; a question sent now would be heard as one voice with it."""
+        if self._audio is None or self._ended is not None:
+            return
+        limit = min(deadline, self._clock.monotonic() + AUDIO_GRACE) - self._clock.monotonic()
+        if limit <= 0:
+            return
+        self._quiet_run = 0
+        self._quiet.clear()
+        try:
+            await sleep_or(self._clock, limit, self._quiet)
+        finally:
+            self._quiet_run = None
+
+    # -- events -----------------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        self.floor.feed(event.name, event.data, event.at)
+        self._floor_changed.set()
+        speech_id = event.data.get("speech_id")
+        for handle in list(self._live):
+            handle._feed(event)
+            if handle.done() and handle._onset is None:  # not still listening for its voice
+                self._live.remove(handle)
+        if isinstance(speech_id, str) and speech_id not in self._seen:
+            self._seen[speech_id] = None
+            if len(self._seen) > SEEN_SPEECH_IDS:
+                del self._seen[next(iter(self._seen))]
+
+    def _on_resent(self, event: Event) -> None:
+        text = event.data.get("text")
+        for handle in self._live:
+            if handle._match.question == text and not handle._match.ended:
+                handle._restart()
+
+    def _on_spiral(self, event: Event) -> None:
+        text = event.data.get("text")
+        for handle in self._live:
+            if handle._match.question == text and not handle._match.ended:
+                handle._restart()
+                handle._match.also_answers(f"{SPIRAL_RECOVERY_PREFIX}{text}")
+
+    def _wants_frames(self) -> bool:
+        """A reply is awaited (its onset) or a quiet stretch counted: the voice is needed."""
+        return self._quiet_run is not None or any(h._listening() for h in self._live)
+
+    def _on_frame(self, frame: Any) -> None:
+        listening = [h for h in self._live if h._listening()]
+        if not listening and self._quiet_run is None:
+            return
+        from ..media import frame_rms  # noqa: PLC0415 - PyAV only with media
+
+        try:
+            level = frame_rms(frame)
+        except Exception as exc:  # a frame it cannot read: no onset from it
+            log.debug("avatar frame level unreadable: %s", type(exc).__name__)
+            return
+        at = self._clock.monotonic()
+        if self._quiet_run is not None:
+            self._quiet_run = self._quiet_run + 1 if level <= AUDIBLE_RMS else 0
+            if self._quiet_run >= QUIET_FRAMES:
+                self._quiet.set()
+        for handle in listening:
+            handle._level(level, at)

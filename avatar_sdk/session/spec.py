@@ -19,8 +19,8 @@ from ..config import AUDIO_CODECS, DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfi
 from ..errors import AvatarError, ErrorCode
 from ..observe import Observer
 from ..redact import register_secret
-from ..transport.ice import TurnConfig
-from ..transport.tls import client_context
+from ..transport.net.tls import client_context
+from ..transport.rtc.ice import TurnConfig
 from ..urls import check_url
 
 __all__ = ["SessionSpec"]

@@ -29,9 +29,9 @@ from ..wire import (
     build_approved_permissions,
     build_empty,
 )
+from .core.machine import SessionMachine
 from .link import ServerLink
-from .machine import SessionMachine
-from .slot import LinkSlot
+from .link_slot import LinkSlot
 
 log = sdk_logger("avatar_sdk.session")
 

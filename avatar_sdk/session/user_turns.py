@@ -17,9 +17,9 @@ from typing import Any
 from ..clock import Clock, sleep_or
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
-from .speech import Replies, SpeechHandle
+from .replies import Replies, SpeechHandle
 from .supervisor import Supervisor
-from .turn_sender import TurnDesk
+from .turn_desk import TurnDesk
 
 log = sdk_logger("avatar_sdk.session")
 
@@ -106,7 +106,7 @@ class UserTurns:
         the session is over, or when it ends meanwhile."""
         if self._replies.ended is not None:
             return  # an ended session is quiet
-        try:  # the same floor ask() waits for (session/replies.py: Floor)
+        try:  # the same floor ask() waits for (session/core/reply_match.py: Floor)
             await self._replies.until_free(deadline, lambda: True)
             await self._replies.until_quiet(deadline)
         except AvatarError:

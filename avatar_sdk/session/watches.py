@@ -18,14 +18,14 @@ from ..config import SessionConfig
 from ..guards.brain import ConversationGuards
 from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..observe import Observers
-from ..transport.asr import UplinkTrack
-from ..transport.netchange import brings_a_path
-from ..transport.netwatch import NetworkWatcher
+from ..transport.liveness.netchange import brings_a_path
+from ..transport.net.netwatch import NetworkWatcher
+from ..transport.rtc.asr import UplinkTrack
+from .core.machine import SessionMachine
 from .endings import Endings
-from .machine import SessionMachine
+from .link_slot import LinkSlot
 from .recovery import RecoveryController
 from .renewal import RenewalController
-from .slot import LinkSlot
 from .supervisor import Supervisor
 
 __all__ = ["Watches"]

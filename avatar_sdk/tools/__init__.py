@@ -15,22 +15,22 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .acks import TOOL_ACK_TIMEOUT, ToolAckSender, ToolResponder
+    from .core.pending import PendingAck, PendingAcks
+    from .core.schema import ArgsSchema
+    from .core.tracker import ToolTracker
     from .dispatch import ToolDispatcher, ToolHandler, call_payload
-    from .pending import PendingAck, PendingAcks
-    from .schema import ArgsSchema
-    from .tracker import ToolTracker
 
 #: Public name -> the submodule that defines it (loaded on first use).
 _EXPORTS: dict[str, str] = {
-    "ArgsSchema": ".schema",
-    "PendingAck": ".pending",
-    "PendingAcks": ".pending",
+    "ArgsSchema": ".core.schema",
+    "PendingAck": ".core.pending",
+    "PendingAcks": ".core.pending",
     "TOOL_ACK_TIMEOUT": ".acks",
     "ToolAckSender": ".acks",
     "ToolDispatcher": ".dispatch",
     "ToolHandler": ".dispatch",
     "ToolResponder": ".acks",
-    "ToolTracker": ".tracker",
+    "ToolTracker": ".core.tracker",
     "call_payload": ".dispatch",
 }
 

@@ -9,7 +9,7 @@ from typing import Any, Final, Protocol
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..observe import NO_OBSERVERS, Observers, Point
-from .pending import PendingAck, PendingAcks
+from .core.pending import PendingAck, PendingAcks
 
 #: ``respond_to_tool`` gives up after this long; the call stays pending for a retry.
 TOOL_ACK_TIMEOUT: Final = 15.0

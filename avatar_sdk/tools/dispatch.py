@@ -18,8 +18,8 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AvatarError, ErrorCode
 from ..observe import NO_OBSERVERS, Observers, Point
 from ..wire import ToolCall
-from .pending import PendingAcks
-from .schema import ArgsSchema
+from .core.pending import PendingAcks
+from .core.schema import ArgsSchema
 
 Emit = Callable[[str, dict[str, Any]], object]
 ToolHandler = Callable[..., Any]

@@ -20,7 +20,7 @@ from avatar_sdk.fleet.plan import WorkerAssignment, assign
 from avatar_sdk.fleet.worker import load_scenario, run_worker
 from avatar_sdk.media import opus
 from avatar_sdk.testing import process
-from avatar_sdk.transport import asr
+from avatar_sdk.transport.rtc import asr
 
 TOKEN = "tok-secret-123"
 SPEC = SessionSpec("http://127.0.0.1:1", TOKEN, allow_insecure_transport=True)

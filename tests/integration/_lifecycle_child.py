@@ -25,7 +25,7 @@ import sys
 import time
 
 from avatar_sdk.lifecycle.completion import CompletionSignal, ShutdownHooks, ThreadLeases
-from avatar_sdk.transport.genie import GenieClient
+from avatar_sdk.transport.net.genie import GenieClient
 
 #: Tracked completions stay referenced here until exit (as a live session would).
 _KEEP: list[object] = []

@@ -13,9 +13,9 @@ from avatar_sdk.testing.leaks import (
     LeakCheck,
     sdk_tasks,  # noqa: F401 (re-exported: tests import it here)
 )
-from avatar_sdk.transport.channel_down import ChannelDown
-from avatar_sdk.transport.media import MediaLanes
-from avatar_sdk.transport.stv import StvDownlink
+from avatar_sdk.transport.liveness.channel_down import ChannelDown
+from avatar_sdk.transport.rtc.media import MediaLanes
+from avatar_sdk.transport.rtc.stv import StvDownlink
 
 from ..conftest import until
 

@@ -28,7 +28,7 @@ from yarl import URL
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk._cli.main import main
-from avatar_sdk.session.diagram import mermaid
+from avatar_sdk.session.core.diagram import mermaid
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.control import BRAIN_SCRIPTS, fault_names
 

@@ -10,7 +10,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.transport.socketio.csr import RecoveringAsyncClient
 
 from .conftest import FAST, HANG_GUARD, SessionFactory, sdk_tasks, until
 

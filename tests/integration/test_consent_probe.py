@@ -13,8 +13,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing.staging.rtc_util import blackhole, ice_transports
-from avatar_sdk.transport.asr import AsrUplink, UplinkTrack
-from avatar_sdk.transport.consent import _ice_connection
+from avatar_sdk.transport.rtc.asr import AsrUplink, UplinkTrack
+from avatar_sdk.transport.rtc.consent import _ice_connection
 
 from .conftest import until
 

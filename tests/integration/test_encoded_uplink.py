@@ -17,7 +17,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from avatar_sdk import AvatarSession
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.asr import opus_packet_samples
+from avatar_sdk.transport.rtc.asr import opus_packet_samples
 
 from .conftest import FAST, until
 

@@ -24,14 +24,14 @@ from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.asr_peer import AsrPeer
 from avatar_sdk.testing.staging.media import StagingMedia
-from avatar_sdk.transport.asr import AsrUplink, UplinkTrack
-from avatar_sdk.transport.ice import (
+from avatar_sdk.transport.rtc.asr import AsrUplink, UplinkTrack
+from avatar_sdk.transport.rtc.ice import (
     close_peer,
     ice_connections,
     rtc_configuration,
     set_local_description,
 )
-from avatar_sdk.transport.stv import StvDownlink
+from avatar_sdk.transport.rtc.stv import StvDownlink
 
 from .conftest import FAST, HANG_GUARD, until
 

@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from avatar_sdk.lifecycle.completion import CompletionSignal, ThreadLeases
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.genie import GenieClient
+from avatar_sdk.transport.net.genie import GenieClient
 
 #: Wall-clock bound (s) of a wait that must end on an answer or on the exit hook's own bound,
 #: never on the backend's 5 s delay: a hang guard only, never a speed claim.

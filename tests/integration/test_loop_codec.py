@@ -2,7 +2,8 @@
 
 The uplink encodes PCM with the mono voice encoder from the first frame (aiortc's encoder
 thread gets nothing); the downlink decodes the avatar's voice on the loop through
-:mod:`avatar_sdk.transport.loop_decode`, which reaches into aiortc 1.16's receiver: the
+:mod:`avatar_sdk.transport.rtc.aiortc_patches.loop_decode`, which reaches into aiortc 1.16's
+receiver: the
 guard tests here fail if those internals move. "loop" is the default (issue 23).
 """
 
@@ -19,8 +20,8 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.errors import AvatarError, ErrorCode
 from avatar_sdk.media import AudioLevelMeter, FrameIterator, ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.loop_decode import LoopDecoder, decode_audio_on_loop
-from avatar_sdk.transport.stv import StvDownlink
+from avatar_sdk.transport.rtc.aiortc_patches.loop_decode import LoopDecoder, decode_audio_on_loop
+from avatar_sdk.transport.rtc.stv import StvDownlink
 
 from .conftest import FAST, until
 

@@ -11,7 +11,7 @@ from avatar_sdk import AvatarSession
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.channel_down import ChannelDown
+from avatar_sdk.transport.liveness.channel_down import ChannelDown
 
 from .conftest import FAST, spy_on_media_watchdog, until
 

@@ -13,7 +13,7 @@ from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.media import AudioLevelMeter, FailingSource, ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
+from avatar_sdk.transport.rtc.stv import FanoutTrack, StvDownlink
 
 from .conftest import FAST, sdk_tasks, until
 

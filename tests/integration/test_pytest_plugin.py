@@ -134,7 +134,7 @@ def test_an_unclosed_aiohttp_session_fails_the_test(pytester: pytest.Pytester) -
     result = run_leak(
         pytester,
         """
-        from avatar_sdk.transport.genie import GenieClient
+        from avatar_sdk.transport.net.genie import GenieClient
 
         async def test_http_left_open(janitor, monkeypatch, avatar_session):
             async def no_close(self):

@@ -22,7 +22,7 @@ from avatar_sdk.cassette import recorder as recorder_module
 from avatar_sdk.cassette.golden import LIVE, NOT_SENT, golden_cassette, golden_coverage
 from avatar_sdk.redact import register_secret
 from avatar_sdk.session import handshake
-from avatar_sdk.session.turn_sender import TurnDesk
+from avatar_sdk.session.turn_desk import TurnDesk
 from avatar_sdk.testing import ReplayServer, StagingServer, replay_cassette
 from avatar_sdk.wire import Out
 

@@ -10,7 +10,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.events.bus import EventStream
-from avatar_sdk.session.router import FATAL_EVENTS as FATAL
+from avatar_sdk.session.core.router import FATAL_EVENTS as FATAL
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.wire import INBOUND, In
 

@@ -17,7 +17,7 @@ import pytest
 from avatar_sdk import AvatarSession
 from avatar_sdk.events.bus import Event
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.transport.socketio.csr import RecoveringAsyncClient
 
 from .conftest import FAST, SessionFactory, sdk_tasks, until
 

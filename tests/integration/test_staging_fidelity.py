@@ -14,7 +14,7 @@ from yarl import URL
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.transport.socketio.csr import RecoveringAsyncClient
 from avatar_sdk.wire import In, Out
 
 from .conftest import FAST, SessionFactory, until

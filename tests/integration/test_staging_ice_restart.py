@@ -21,8 +21,8 @@ from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.media import IcePath
 from avatar_sdk.testing.staging.rtc_util import blackhole, strip_candidates
-from avatar_sdk.transport.asr import AsrUplink
-from avatar_sdk.transport.media import MediaLanes
+from avatar_sdk.transport.rtc.asr import AsrUplink
+from avatar_sdk.transport.rtc.media import MediaLanes
 from avatar_sdk.wire import In, Out, build_asr_offer
 from avatar_sdk.wire.inbound import AsrAnswer
 

@@ -31,7 +31,7 @@ from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.leaks import media_tasks
 from avatar_sdk.testing.staging.media import IcePath
 from avatar_sdk.testing.synthetic import read_frame_counter
-from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.transport.socketio.csr import RecoveringAsyncClient
 from avatar_sdk.wire import build_join
 
 from .conftest import until

@@ -17,8 +17,8 @@ from avatar_sdk import AvatarError, AvatarSession, ChatSession, ErrorCode
 from avatar_sdk.clock import SYSTEM_CLOCK
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.tls import TestCA
-from avatar_sdk.transport.genie import GenieClient
-from avatar_sdk.transport.stv import StvDownlink, whep_http_session
+from avatar_sdk.transport.net.genie import GenieClient
+from avatar_sdk.transport.rtc.stv import StvDownlink, whep_http_session
 
 from .conftest import FAST
 

@@ -21,7 +21,7 @@ import pytest
 from avatar_sdk import AvatarSession
 from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.media import MediaLanes
+from avatar_sdk.transport.rtc.media import MediaLanes
 
 from .conftest import FAST, spy_on_media_watchdog, until
 

@@ -1,4 +1,5 @@
-"""The avatar's video is decoded only while somebody watches it (transport/video_demand.py).
+"""The avatar's video is decoded only while somebody watches it
+(transport/rtc/aiortc_patches/video_demand.py).
 
 Over real WebRTC against the staging server: nobody reading ``avatar_video`` means only the
 playable gate's first frame is decoded; a consumer attaching mid-session gets fresh frames

@@ -1,11 +1,13 @@
-"""A video packet that never arrives (transport/video_repair.py) over real WebRTC.
+"""A video packet that never arrives (transport/rtc/aiortc_patches/video_repair.py) over real
+WebRTC.
 
 The staging server's video sender drops one RTP packet and the retransmissions the
 client's NACKs ask for (``faults.lose_video_packets``). aiortc's receiver hands on no
 later frame until 512 more packets have arrived behind the hole, so the video froze for
 seconds with the voice flowing, until the video rule re-subscribed (the network lab's
 ``loss 5% 6s`` flake). Now a missing packet is asked for again, and a hole that outlives
-:data:`~avatar_sdk.transport.video_repair.HOLE_WAIT` is skipped to the next keyframe.
+:data:`~avatar_sdk.transport.rtc.aiortc_patches.video_repair.HOLE_WAIT` is skipped to the next
+keyframe.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.video_repair import HOLE_WAIT
+from avatar_sdk.transport.rtc.aiortc_patches.video_repair import HOLE_WAIT
 
 from ..conftest import until
 from .conftest import FAST, connected_session, current_downlink

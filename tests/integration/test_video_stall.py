@@ -1,4 +1,4 @@
-"""The downlink's video rule (transport/video_stall.py) over real WebRTC.
+"""The downlink's video rule (transport/liveness/video_stall.py) over real WebRTC.
 
 The staging server stops the avatar's video on the current WHEP subscription while its
 voice goes on (``faults.freeze_video``): the old liveness rule, fed by any frame, saw a

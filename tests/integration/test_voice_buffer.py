@@ -1,16 +1,16 @@
-"""The voice's receive buffer (transport/voice_buffer.py) over real WebRTC.
+"""The voice's receive buffer (transport/rtc/core/voice_buffer.py) over real WebRTC.
 
 aiortc's audio receiver held every voice frame until four more had arrived (80 ms on
 loopback); the SDK's downlink now holds it as long as the jitter it observes requires,
 conceals a lost packet and puts a reordered one in place. The staging's audio sender
-loses or reorders packets at will (:mod:`avatar_sdk.testing.voice_disorder`).
+loses or reorders packets at will (:mod:`avatar_sdk.testing.staging.voice_disorder`).
 """
 
 from __future__ import annotations
 
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.voice_disorder import disorder_voice
-from avatar_sdk.transport.voice_buffer_patch import VoiceReceiveBuffer
+from avatar_sdk.testing.staging.voice_disorder import disorder_voice
+from avatar_sdk.transport.rtc.aiortc_patches.voice_buffer import VoiceReceiveBuffer
 
 from ..conftest import until
 from .conftest import FAST, connected_session, current_downlink

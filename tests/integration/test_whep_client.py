@@ -13,7 +13,7 @@ from aiortc import RTCConfiguration
 
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.clock import SYSTEM_CLOCK
-from avatar_sdk.transport.stv import FanoutTrack, StvDownlink
+from avatar_sdk.transport.rtc.stv import FanoutTrack, StvDownlink
 
 
 class Endpoint:

@@ -19,9 +19,9 @@ from aiohttp import web
 
 from avatar_sdk import AvatarError, ErrorCode, SessionConfig
 from avatar_sdk.clock import SYSTEM_CLOCK
-from avatar_sdk.transport.asr import UplinkTrack
-from avatar_sdk.transport.hostguard import HostGuard
-from avatar_sdk.transport.media import MediaLanes
+from avatar_sdk.transport.net.hostguard import HostGuard
+from avatar_sdk.transport.rtc.asr import UplinkTrack
+from avatar_sdk.transport.rtc.media import MediaLanes
 from avatar_sdk.wire.inbound import StvNewSession
 
 

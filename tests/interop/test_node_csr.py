@@ -22,7 +22,7 @@ import pytest_asyncio
 import socketio
 from socketio import packet as sio_packet
 
-from avatar_sdk.transport.csr import RecoveringAsyncClient
+from avatar_sdk.transport.socketio.csr import RecoveringAsyncClient
 from avatar_sdk.wire.disconnect import (
     IO_CLIENT_DISCONNECT,
     IO_SERVER_DISCONNECT,

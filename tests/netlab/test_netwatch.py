@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from avatar_sdk.testing.netlab import NetworkLab
-from avatar_sdk.transport.netwatch import NetworkWatcher
+from avatar_sdk.transport.net.netwatch import NetworkWatcher
 
 
 async def watch(

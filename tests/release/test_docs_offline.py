@@ -17,7 +17,7 @@ import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
-from avatar_sdk.session.machine import STATES
+from avatar_sdk.session.core.machine import STATES
 
 ROOT = Path(__file__).resolve().parents[2]
 # ~30 s on an idle machine (the strict build, ~10 s, then 24 pages in the browser); the suite's

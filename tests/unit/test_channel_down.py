@@ -3,7 +3,12 @@ and the downlink's silence rule is one function both sessions use."""
 
 from __future__ import annotations
 
-from avatar_sdk.transport.channel_down import ChannelDown, DownKind, downlink_down, peer_down
+from avatar_sdk.transport.liveness.channel_down import (
+    ChannelDown,
+    DownKind,
+    downlink_down,
+    peer_down,
+)
 
 
 def test_a_dead_peer_is_its_own_kind() -> None:

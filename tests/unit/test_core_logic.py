@@ -12,11 +12,11 @@ from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE
 from avatar_sdk.events.bus import EventBus, EventStream
 from avatar_sdk.redact import RedactingFilter, redact, register_secret
-from avatar_sdk.session.capacity import capacity_delay
-from avatar_sdk.session.clock_jump import ClockJumpDetector
-from avatar_sdk.session.decisions import decide_connect_failure, decide_disconnect
-from avatar_sdk.session.diagram import mermaid
-from avatar_sdk.session.machine import (
+from avatar_sdk.session.core.capacity import capacity_delay
+from avatar_sdk.session.core.clock_jump import ClockJumpDetector
+from avatar_sdk.session.core.decisions import decide_connect_failure, decide_disconnect
+from avatar_sdk.session.core.diagram import mermaid
+from avatar_sdk.session.core.machine import (
     STEP_TIMEOUTS,
     InvalidTransition,
     SessionMachine,
@@ -58,7 +58,7 @@ def test_a_lenient_machine_logs_an_undeclared_transition_and_changes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     m = SessionMachine(strict=False)
-    with caplog.at_level(logging.ERROR, logger="avatar_sdk.session.machine"):
+    with caplog.at_level(logging.ERROR, logger="avatar_sdk.session.core.machine"):
         m.fire("recovered")
     assert m.state == "idle"
     assert "not declared" in caplog.text

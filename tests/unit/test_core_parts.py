@@ -13,13 +13,13 @@ from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.guards.brain import ConversationGuards
 from avatar_sdk.lifecycle.completion import IdleTimer
-from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.session.core.machine import SessionMachine
+from avatar_sdk.session.core.router import route
+from avatar_sdk.session.core.stats import SessionStats
+from avatar_sdk.session.core.turns import TurnLedger
 from avatar_sdk.session.recovery import LinkSlot, Outcome, RecoveryController
-from avatar_sdk.session.router import route
-from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.session.supervisor import Supervisor
-from avatar_sdk.session.turn_sender import UNINTERRUPTIBLE_CAP, TurnDesk
-from avatar_sdk.session.turns import TurnLedger
+from avatar_sdk.session.turn_desk import UNINTERRUPTIBLE_CAP, TurnDesk
 from avatar_sdk.wire import AgentStartSpeech, In, StvStartedTalking, make_speech_id, parse_event
 
 # -- turn ledger ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamTrack
 
-from avatar_sdk.transport.asr import OPUS_SILENCE, UplinkTrack, _PeerTrack, opus_silence
+from avatar_sdk.transport.rtc.asr import OPUS_SILENCE, UplinkTrack, _PeerTrack, opus_silence
 
 RATE = 48_000
 

@@ -1,11 +1,11 @@
-"""Where the genie host is found when the caller gives none (``avatar_sdk.transport.genie``):
+"""Where the genie host is found when the caller gives none (``avatar_sdk.transport.net.genie``):
 a known conversation host, or the backend's own join answer, never a third host."""
 
 from __future__ import annotations
 
 import pytest
 
-from avatar_sdk.transport.genie import advertised_genie_url, known_genie_url
+from avatar_sdk.transport.net.genie import advertised_genie_url, known_genie_url
 
 US = "https://conversation.avatar.us.kaltura.ai"
 

@@ -41,34 +41,17 @@ LAYERS: dict[str, int] = {
     "_cli": 7,
 }  # fmt: skip
 
-#: Modules that must stay pure: no asyncio, no sockets, no transport, however indirect.
-PURE = [
-    "avatar_sdk.wire",
-    "avatar_sdk.session.machine",
-    "avatar_sdk.session.health",
-    "avatar_sdk.session.clock_jump",
-    "avatar_sdk.session.capacity",
-    "avatar_sdk.session.decisions",
-    "avatar_sdk.session.diagram",
-    "avatar_sdk.session.router",
-    "avatar_sdk.session.turns",
-    "avatar_sdk.session.replies",
-    "avatar_sdk.session.retry_budget",
-    "avatar_sdk.session.stats",
-    "avatar_sdk.session.renewal_plan",
-    "avatar_sdk.guards.spiral",
-    "avatar_sdk.guards.watchdogs",
-    "avatar_sdk.tools.tracker",
-    "avatar_sdk.tools.schema",
-    "avatar_sdk.tools.pending",
-    "avatar_sdk.transport.cadence",
-    "avatar_sdk.transport.video_stall",
-    "avatar_sdk.transport.channel_down",
-    "avatar_sdk.transport.netchange",
-    "avatar_sdk.scripted.protocol",
-    "avatar_sdk.scripted.states",
-    "avatar_sdk.scripted.config",
-]
+#: A folder with one of these names holds pure code only (no asyncio, no sockets, no
+#: transport, however indirect): the protocol (``wire/``), a room's rules (``core/``) and the
+#: liveness rules (``transport/liveness/``). The tree says which code is pure; this test reads
+#: it from the tree, so a module placed in such a folder is checked without being listed.
+PURE_FOLDER_NAMES = frozenset({"wire", "core", "liveness"})
+
+
+def is_pure_path(path: Path) -> bool:
+    return any(part in PURE_FOLDER_NAMES for part in path.relative_to(PACKAGE).parts[:-1])
+
+
 FORBIDDEN_LIBS = ("asyncio", "socket", "socketio", "engineio", "aiohttp", "aiortc", "aioice")
 #: At run time ``asyncio`` and ``socket`` are loaded by the state-machine library itself
 #: (``transitions.extensions`` imports its asyncio machine), so the run-time check looks for
@@ -83,6 +66,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+#: Every pure module, as the tree says.
+PURE = sorted(module_name(p) for p in PACKAGE.rglob("*.py") if is_pure_path(p))
+
+
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
@@ -90,10 +77,18 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports_of(source: str, module: str, is_package: bool, *, top_level_only: bool) -> set[str]:
-    """Absolute names imported by one module. ``top_level_only``: only what runs at import
-    time (module-level statements outside ``if TYPE_CHECKING``), the graph of import cycles
-    and of purity; otherwise every import, type-only and function-level ones included."""
+def imports_of(
+    source: str,
+    module: str,
+    is_package: bool,
+    *,
+    top_level_only: bool,
+    type_checking: bool = False,
+) -> set[str]:
+    """Absolute names imported by one module. ``top_level_only``: only module-level
+    statements, the graph of import cycles and of purity: what runs at import time, plus the
+    ``if TYPE_CHECKING`` imports with ``type_checking`` (a type-only import still ties two
+    modules together); otherwise every import, type-only and function-level ones included."""
     tree = ast.parse(source)
     found: set[str] = set()
     package = module.split(".") if is_package else module.split(".")[:-1]
@@ -101,7 +96,7 @@ def imports_of(source: str, module: str, is_package: bool, *, top_level_only: bo
     def visit(nodes: Iterable[ast.stmt]) -> None:
         for node in nodes:
             if isinstance(node, ast.If) and _is_type_checking(node):
-                if not top_level_only:
+                if not top_level_only or type_checking:
                     visit(node.body)
                 visit(node.orelse)
             elif isinstance(node, ast.Import):
@@ -125,13 +120,20 @@ def imports_of(source: str, module: str, is_package: bool, *, top_level_only: bo
     return found
 
 
-def graph(*, top_level_only: bool) -> dict[str, set[str]]:
+def graph(*, top_level_only: bool, type_checking: bool = False) -> dict[str, set[str]]:
     """SDK module -> the SDK modules (and third-party top names) it imports."""
     sources = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     out: dict[str, set[str]] = {}
     for name, path in sources.items():
+        door = path.name == "__init__.py"
         raw = imports_of(
-            path.read_text(), name, path.name == "__init__.py", top_level_only=top_level_only
+            path.read_text(),
+            name,
+            door,
+            top_level_only=top_level_only,
+            # A package door's type-only imports are its lazy public exports, loaded on
+            # first use by name: they tie no module to the door.
+            type_checking=type_checking and not door,
         )
         edges = {n for n in raw if n in sources}
         edges |= {n.split(".")[0] for n in raw if not n.startswith("avatar_sdk")}
@@ -158,8 +160,8 @@ def layer_violations(edges: dict[str, set[str]]) -> list[str]:
     return sorted(bad)
 
 
-def folder_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of modules (import-time edges) that span two rooms."""
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of two modules or more: modules that import each other."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -188,13 +190,18 @@ def folder_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
                 group.append(w)
                 if w == v:
                     break
-            if len({room(m) for m in group}) > 1:
+            if len(group) > 1:
                 groups.append(sorted(group))
 
     for v in sorted(edges):
         if v not in index:
             strongconnect(v)
     return groups
+
+
+def folder_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles (import-time edges) that span two rooms."""
+    return [group for group in cycles(edges) if len({room(m) for m in group}) > 1]
 
 
 def reach(edges: dict[str, set[str]], start: str) -> set[str]:
@@ -212,6 +219,11 @@ def reach(edges: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+def is_door(module: str) -> bool:
+    """A package's ``__init__`` (its docstring and lazy exports: nothing it loads)."""
+    return (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists()
+
+
 def impurities(edges: dict[str, set[str]], start: str) -> list[str]:
     loaded = reach(edges, start)
     return sorted(
@@ -219,9 +231,7 @@ def impurities(edges: dict[str, set[str]], start: str) -> list[str]:
         for m in loaded
         if m in FORBIDDEN_LIBS
         or (
-            m.startswith("avatar_sdk.transport")
-            and m != start
-            and m not in ("avatar_sdk.transport",)
+            m.startswith("avatar_sdk.transport") and m != start and m not in PURE and not is_door(m)
         )
     )
 
@@ -237,6 +247,12 @@ def test_no_import_climbs_a_layer() -> None:
 
 def test_no_import_cycle_crosses_a_folder() -> None:
     assert folder_cycles(graph(top_level_only=True)) == []
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """No import cycle anywhere, inside a folder included, and a ``TYPE_CHECKING`` import
+    counts: two modules that need each other are one module, or share a third."""
+    assert cycles(graph(top_level_only=True, type_checking=True)) == []
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -272,19 +288,46 @@ def test_a_planted_upward_import_is_caught() -> None:
 
 def test_a_planted_cross_folder_cycle_is_caught() -> None:
     edges = graph(top_level_only=True)
-    edges["avatar_sdk.transport.genie"] = {
-        *edges["avatar_sdk.transport.genie"],
+    edges["avatar_sdk.transport.net.genie"] = {
+        *edges["avatar_sdk.transport.net.genie"],
         "avatar_sdk.lifecycle.completion",
     }
     cycles = folder_cycles(edges)
-    assert any("avatar_sdk.transport.genie" in group for group in cycles)
+    assert any("avatar_sdk.transport.net.genie" in group for group in cycles)
+
+
+def test_a_planted_cycle_inside_a_folder_is_caught_type_only_included() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .bus import EventBus\n"
+    edges = graph(top_level_only=True, type_checking=True)
+    planted = imports_of(source, "avatar_sdk.events.stream", False, top_level_only=True)
+    assert "avatar_sdk.events.bus" not in planted  # not at import time...
+    typed = imports_of(
+        source, "avatar_sdk.events.stream", False, top_level_only=True, type_checking=True
+    )
+    edges["avatar_sdk.events.stream"] |= typed & set(edges)  # ...but a tie all the same
+    assert ["avatar_sdk.events.bus", "avatar_sdk.events.stream"] in cycles(edges)
+    assert folder_cycles(edges) == []  # one folder: only the new check sees it
+
+
+def test_purity_is_read_from_the_folder() -> None:
+    assert is_pure_path(PACKAGE / "session" / "core" / "new_rule.py")
+    assert is_pure_path(PACKAGE / "transport" / "liveness" / "new_rule.py")
+    assert is_pure_path(PACKAGE / "wire" / "new.py")
+    assert not is_pure_path(PACKAGE / "session" / "link.py")
+    assert not is_pure_path(PACKAGE / "core.py")
+    # every room with rules has them checked, and none of it vacuously
+    assert {"avatar_sdk.session.core.machine", "avatar_sdk.wire.inbound"} <= set(PURE)
+    assert len(PURE) > 30
 
 
 def test_a_planted_impurity_is_caught_through_an_intermediate() -> None:
     edges = graph(top_level_only=True)
-    edges["avatar_sdk.errors"] = {*edges["avatar_sdk.errors"], "avatar_sdk.transport.control"}
-    found = impurities(edges, "avatar_sdk.session.machine")
-    assert "avatar_sdk.transport.control" in found
+    edges["avatar_sdk.errors"] = {
+        *edges["avatar_sdk.errors"],
+        "avatar_sdk.transport.socketio.control",
+    }
+    found = impurities(edges, "avatar_sdk.session.core.machine")
+    assert "avatar_sdk.transport.socketio.control" in found
     assert "asyncio" in found
 
 
@@ -319,7 +362,7 @@ def state_group_calls(source: str) -> list[int]:
 
 
 def test_no_state_list_outside_the_machine() -> None:
-    machine = PACKAGE / "session" / "machine.py"
+    machine = PACKAGE / "session" / "core" / "machine.py"
     found = {
         str(p.relative_to(PACKAGE)): state_group_calls(p.read_text())
         for p in PACKAGE.rglob("*.py")

@@ -32,7 +32,7 @@ from avatar_sdk.lifecycle.completion import (
 )
 from avatar_sdk.lifecycle.shutdown import _Installed
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.genie import GenieClient
+from avatar_sdk.transport.net.genie import GenieClient
 
 from ..conftest import until
 

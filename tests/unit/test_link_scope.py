@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from avatar_sdk.session.slot import LinkSlot
+from avatar_sdk.session.link_slot import LinkSlot
 from avatar_sdk.session.supervisor import Supervisor
 
 

@@ -22,7 +22,7 @@ from avatar_sdk.logs import (
     warnings_only,
 )
 from avatar_sdk.redact import REDACTING_FILTER
-from avatar_sdk.session.machine import SessionMachine, transition_log_level
+from avatar_sdk.session.core.machine import SessionMachine, transition_log_level
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,7 @@ def test_session_machine_transitions_log_no_info_lines(caplog: pytest.LogCapture
     assert machine.state == "connecting_socket"
     assert _transitions_records(caplog) == []
     # the SDK's own one line per transition is still there
-    assert any(r.name == "avatar_sdk.session.machine" for r in caplog.records)
+    assert any(r.name == "avatar_sdk.session.core.machine" for r in caplog.records)
 
 
 def test_warnings_only_drops_info_and_forwards_warnings(caplog: pytest.LogCaptureFixture) -> None:

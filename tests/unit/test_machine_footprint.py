@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.session.core.machine import SessionMachine
 
 #: Tracked objects one more SessionMachine may add (its model and the bound triggers
 #: transitions gives each model; 730 when each built its own machine).

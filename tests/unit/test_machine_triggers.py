@@ -9,8 +9,8 @@ from pathlib import Path
 
 import avatar_sdk
 from avatar_sdk.errors import ErrorCode
-from avatar_sdk.session.decisions import decide_connect_failure
-from avatar_sdk.session.machine import TRANSITIONS, Trigger
+from avatar_sdk.session.core.decisions import decide_connect_failure
+from avatar_sdk.session.core.machine import TRANSITIONS, Trigger
 
 PACKAGE = Path(avatar_sdk.__file__).parent
 

@@ -12,10 +12,10 @@ import pytest
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from avatar_sdk import ErrorCode
-from avatar_sdk.transport.asr import UplinkTrack, classify_source_error
-from avatar_sdk.transport.hostguard import address_kind
-from avatar_sdk.transport.ice import TurnConfig, rtc_configuration
-from avatar_sdk.transport.stv import FanoutTrack, is_private_host
+from avatar_sdk.transport.net.hostguard import address_kind
+from avatar_sdk.transport.rtc.asr import UplinkTrack, classify_source_error
+from avatar_sdk.transport.rtc.ice import TurnConfig, rtc_configuration
+from avatar_sdk.transport.rtc.stv import FanoutTrack, is_private_host
 
 
 @pytest.mark.parametrize(

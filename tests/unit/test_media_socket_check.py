@@ -12,7 +12,7 @@ from avatar_sdk import SessionConfig
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.events.bus import EventBus
 from avatar_sdk.session.assemble import assemble
-from avatar_sdk.session.decisions import decide_media_down
+from avatar_sdk.session.core.decisions import decide_media_down
 from avatar_sdk.session.link import ServerLink
 from avatar_sdk.session.recovery import RecoveryController
 from avatar_sdk.session.spec import SessionSpec

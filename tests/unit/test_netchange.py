@@ -11,8 +11,7 @@ import struct
 import pytest
 
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.transport import netwatch
-from avatar_sdk.transport.netchange import (
+from avatar_sdk.transport.liveness.netchange import (
     DUMPS,
     IFA_F_TEMPORARY,
     IFA_F_TENTATIVE,
@@ -34,6 +33,7 @@ from avatar_sdk.transport.netchange import (
     split_messages,
     stranded,
 )
+from avatar_sdk.transport.net import netwatch
 
 
 def attr(kind: int, data: bytes) -> bytes:

@@ -23,7 +23,7 @@ from avatar_sdk.events.journal import JOURNALED, Journal
 from avatar_sdk.lifecycle.completion import CompletionSignal, ThreadLeases
 from avatar_sdk.redact import REDACTED, register_secret
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.transport.genie import GenieClient
+from avatar_sdk.transport.net.genie import GenieClient
 
 SECRET = "tok-" + uuid.uuid4().hex  # registered like a session token
 #: Longest a gated write waits (s): a hang guard only, never reached in a passing run.

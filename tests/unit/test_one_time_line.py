@@ -22,17 +22,17 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from avatar_sdk import AvatarSession, ErrorCode, SessionConfig
 from avatar_sdk.clock import SYSTEM_CLOCK, FakeClock
 from avatar_sdk.events.bus import EventBus
+from avatar_sdk.session.core.machine import SessionMachine
+from avatar_sdk.session.core.stats import SessionStats
 from avatar_sdk.session.handshake import Deadline
 from avatar_sdk.session.link import ServerLink
-from avatar_sdk.session.machine import SessionMachine
+from avatar_sdk.session.link_slot import LinkSlot
 from avatar_sdk.session.media_recovery import MEDIA_TICK, MediaTier
-from avatar_sdk.session.slot import LinkSlot
-from avatar_sdk.session.stats import SessionStats
 from avatar_sdk.session.supervisor import Supervisor
-from avatar_sdk.transport import media as media_module
-from avatar_sdk.transport.asr import UplinkTrack
-from avatar_sdk.transport.media import MediaLanes
-from avatar_sdk.transport.stv import FanoutTrack
+from avatar_sdk.transport.rtc import media as media_module
+from avatar_sdk.transport.rtc.asr import UplinkTrack
+from avatar_sdk.transport.rtc.media import MediaLanes
+from avatar_sdk.transport.rtc.stv import FanoutTrack
 
 STALL = 2.0
 

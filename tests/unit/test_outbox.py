@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from avatar_sdk.errors import AvatarError, ErrorCode
-from avatar_sdk.session.slot import LinkSlot
+from avatar_sdk.session.link_slot import LinkSlot
 
 
 class _Link:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
-from avatar_sdk.transport.quality import ByteMark, summarize
+from avatar_sdk.transport.liveness.quality import ByteMark, summarize
 
 
 def test_summary_units_and_bitrate() -> None:

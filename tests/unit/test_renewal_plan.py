@@ -1,5 +1,5 @@
 """The pure arithmetic of the server's time cap and of renewal (issue 19):
-``session/renewal_plan.py``, and the checks of ``RenewalPolicy``. No I/O, no clock of its
+``session/core/renewal_plan.py``, and the checks of ``RenewalPolicy``. No I/O, no clock of its
 own: every time is given."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode, RenewalPolicy, SessionConfig
-from avatar_sdk.session.renewal_plan import (
+from avatar_sdk.session.core.renewal_plan import (
     Boundary,
     TimeLeft,
     effective_lead,
@@ -170,8 +170,8 @@ def test_the_session_config_fields() -> None:
 
 
 def test_the_machine_declares_the_renewing_state_and_draws_it() -> None:
-    from avatar_sdk.session.diagram import mermaid  # noqa: PLC0415
-    from avatar_sdk.session.machine import SessionMachine  # noqa: PLC0415
+    from avatar_sdk.session.core.diagram import mermaid  # noqa: PLC0415
+    from avatar_sdk.session.core.machine import SessionMachine  # noqa: PLC0415
 
     m = SessionMachine(strict=True)
     for step in ("start", "socket_open", "joined", "stv_ready", "agent_shown", "media_skipped"):

@@ -1,5 +1,5 @@
-"""Reply matching (pure, :mod:`avatar_sdk.session.replies`) and the speech handles built on
-it (:mod:`avatar_sdk.session.speech`, under a fake clock and a fake event bus): which agent
+"""Reply matching (pure, :mod:`avatar_sdk.session.core.reply_match`) and the speech handles built on
+it (:mod:`avatar_sdk.session.replies`, under a fake clock and a fake event bus): which agent
 turn answers which user turn, and when the avatar has the floor."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.errors import AvatarError, ErrorCode
 from avatar_sdk.events.bus import Event
-from avatar_sdk.session.replies import TALK_START_GRACE, Floor, Onset, ReplyMatch
-from avatar_sdk.session.speech import Replies
-from avatar_sdk.session.turns import TRUNCATED_PAYLOAD, speech_id_answers
+from avatar_sdk.session.core.reply_match import TALK_START_GRACE, Floor, Onset, ReplyMatch
+from avatar_sdk.session.core.turns import TRUNCATED_PAYLOAD, speech_id_answers
+from avatar_sdk.session.replies import Replies
 from avatar_sdk.wire import make_speech_id
 
 GREETING = make_speech_id("approved-permissions", nonce="aB3d")

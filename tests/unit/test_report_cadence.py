@@ -6,7 +6,7 @@ import random
 
 from pytest import approx
 
-from avatar_sdk.transport.cadence import FACTOR, WINDOW, ReportCadence
+from avatar_sdk.transport.liveness.cadence import FACTOR, WINDOW, ReportCadence
 
 
 class FakeClock:

@@ -22,9 +22,8 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, RetryPolicy, SessionConfig
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.session.machine import SessionMachine
-from avatar_sdk.session.recovery import LinkSlot, Outcome, RecoveryController
-from avatar_sdk.session.retry_budget import (
+from avatar_sdk.session.core.machine import SessionMachine
+from avatar_sdk.session.core.retry_budget import (
     SOCKET_TIER_DELAYS,
     SOCKET_TIER_JITTER,
     SPAN_RETRY_FLOOR,
@@ -32,8 +31,9 @@ from avatar_sdk.session.retry_budget import (
     ColdStreak,
     socket_tier_delay,
 )
-from avatar_sdk.session.stats import SessionStats
-from avatar_sdk.transport.control import ConnectOutcome
+from avatar_sdk.session.core.stats import SessionStats
+from avatar_sdk.session.recovery import LinkSlot, Outcome, RecoveryController
+from avatar_sdk.transport.socketio.control import ConnectOutcome
 
 #: A fast cold policy, like the one that spent its 6 attempts in under a second (item 4).
 FAST_POLICY = RetryPolicy(max_attempts=6, initial=0.0, base=0.02, cap=0.1)

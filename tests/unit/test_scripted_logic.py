@@ -13,7 +13,7 @@ import pytest
 
 from avatar_sdk import AvatarError, ErrorCode, ScriptedAvatarSession, ScriptedConfig
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.scripted.protocol import (
+from avatar_sdk.scripted.core.protocol import (
     Created,
     SayLedger,
     VoiceDetector,
@@ -23,7 +23,7 @@ from avatar_sdk.scripted.protocol import (
     parse_init_client,
     session_path,
 )
-from avatar_sdk.scripted.states import ScriptedState, ScriptedStates
+from avatar_sdk.scripted.core.states import ScriptedState, ScriptedStates
 
 
 def jwt(claims: dict[str, Any]) -> str:

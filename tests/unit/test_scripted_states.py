@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import avatar_sdk
-from avatar_sdk.scripted.states import MOVES, OPEN, UPSTREAM, ScriptedState, ScriptedStates
-from avatar_sdk.session.machine import InvalidTransition
+from avatar_sdk.scripted.core.states import MOVES, OPEN, UPSTREAM, ScriptedState, ScriptedStates
+from avatar_sdk.session.core.machine import InvalidTransition
 
 SESSION = Path(avatar_sdk.__file__).parent / "scripted" / "session.py"
 

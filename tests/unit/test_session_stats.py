@@ -14,9 +14,9 @@ from avatar_sdk import AvatarSession, SessionConfig
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.events.bus import EventBus
 from avatar_sdk.session.assemble import assemble
+from avatar_sdk.session.core.stats import KEEP_DURATIONS, STATS_KEYS, TIERS, SessionStats
 from avatar_sdk.session.link import ServerLink
 from avatar_sdk.session.spec import SessionSpec
-from avatar_sdk.session.stats import KEEP_DURATIONS, STATS_KEYS, TIERS, SessionStats
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "resilience.md"
 

@@ -13,7 +13,7 @@ from aiohttp.client_reqrep import ConnectionKey
 from avatar_sdk import AvatarError, ErrorCode
 from avatar_sdk.errors import info
 from avatar_sdk.testing.tls import TestCA
-from avatar_sdk.transport.tls import client_context, tls_error, tls_failure
+from avatar_sdk.transport.net.tls import client_context, tls_error, tls_failure
 
 KEY = ConnectionKey("media.example", 443, True, True, None, None, None)
 

@@ -12,10 +12,10 @@ from avatar_sdk.clock import FakeClock
 from avatar_sdk.config import SessionConfig
 from avatar_sdk.guards.brain import ConversationGuards
 from avatar_sdk.lifecycle.completion import IdleTimer
-from avatar_sdk.session.machine import SessionMachine
-from avatar_sdk.session.stats import SessionStats
-from avatar_sdk.session.turn_sender import TurnDesk
-from avatar_sdk.session.turns import TurnGate
+from avatar_sdk.session.core.machine import SessionMachine
+from avatar_sdk.session.core.stats import SessionStats
+from avatar_sdk.session.core.turns import TurnGate
+from avatar_sdk.session.turn_desk import TurnDesk
 from avatar_sdk.wire import (
     AgentInterrupted,
     AgentStartSpeech,

@@ -11,8 +11,8 @@ import pytest
 from pytest import approx
 
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.transport.cadence import FACTOR, ReportCadence
-from avatar_sdk.transport.consent import (
+from avatar_sdk.transport.liveness.cadence import FACTOR, ReportCadence
+from avatar_sdk.transport.rtc.consent import (
     MAX_INTERVAL,
     PROBES_PER_DEADLINE,
     ConsentWatch,

@@ -1,4 +1,5 @@
-"""transport/video_demand.py: the gate's logic, and the aiortc internals it relies on.
+"""transport/rtc/aiortc_patches/video_demand.py: the gate's logic, and the aiortc internals it
+relies on.
 
 The patch reaches into aiortc 1.16's ``RTCRtpReceiver``; these tests fail if the private
 names move (a real receiver is inspected), and show the patch refuses, loudly, a receiver
@@ -20,14 +21,14 @@ from aiortc import RTCPeerConnection
 from aiortc.jitterbuffer import JitterFrame
 from aiortc.rtcrtpreceiver import RTCRtpReceiver, RTCRtpSynchronizationSource
 
-from avatar_sdk.transport import video_demand
-from avatar_sdk.transport.stv import FanoutTrack
-from avatar_sdk.transport.video_demand import (
+from avatar_sdk.transport.rtc.aiortc_patches import video_demand
+from avatar_sdk.transport.rtc.aiortc_patches.video_demand import (
     PLI_EVERY,
     DemandQueue,
     decode_video_on_demand,
     is_keyframe,
 )
+from avatar_sdk.transport.rtc.stv import FanoutTrack
 
 IDR = b"\x00\x00\x00\x01\x67\x42" + b"\x00\x00\x00\x01\x68\xce" + b"\x00\x00\x00\x01\x65\x88"
 P_FRAME = b"\x00\x00\x00\x01\x41\x9a\x00\x10"

@@ -1,4 +1,5 @@
-"""transport/video_repair.py: the retry and skip rules, over aiortc's own jitter buffer and
+"""transport/rtc/aiortc_patches/video_repair.py: the retry and skip rules, over aiortc's own jitter
+buffer and
 NACK generator (real objects, a fake clock), and the aiortc internals the patch relies on
 (a real receiver is inspected; the patch refuses, loudly, one that lacks them)."""
 
@@ -12,8 +13,8 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtcrtpreceiver import NackGenerator, RTCRtpReceiver
 from aiortc.rtp import RtpPacket
 
-from avatar_sdk.transport import video_repair
-from avatar_sdk.transport.video_repair import (
+from avatar_sdk.transport.rtc.aiortc_patches import video_repair
+from avatar_sdk.transport.rtc.aiortc_patches.video_repair import (
     HOLE_WAIT,
     NACK_RETRY_EVERY,
     HoleWatch,

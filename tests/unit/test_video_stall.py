@@ -1,10 +1,10 @@
-"""The downlink's video rule (transport/video_stall.py) under the project's fake clock."""
+"""The downlink's video rule (transport/liveness/video_stall.py) under the project's fake clock."""
 
 from __future__ import annotations
 
 from avatar_sdk.clock import FakeClock
 from avatar_sdk.config import SessionConfig
-from avatar_sdk.transport.video_stall import VideoAction, VideoStallRule
+from avatar_sdk.transport.liveness.video_stall import VideoAction, VideoStallRule
 
 STALL = 3.0
 WAIT = 2.0

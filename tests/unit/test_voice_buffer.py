@@ -1,4 +1,4 @@
-"""transport/voice_buffer.py: the voice's playout rule, on arrival schedules played out
+"""transport/rtc/core/voice_buffer.py: the voice's playout rule, on arrival schedules played out
 under the fake clock (calm, jittered, bursty loss, reorder, a sender's pause, a late
 packet, a burst, drifting clocks, wrap-around). Bounds are asserted, never speed."""
 
@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from avatar_sdk.clock import FakeClock, Timer
-from avatar_sdk.transport.voice_buffer import (
+from avatar_sdk.transport.rtc.core.voice_buffer import (
     MAX_DELAY,
     MAX_PACKETS,
     SHRINK_RATE,

@@ -1,4 +1,5 @@
-"""transport/voice_buffer_patch.py: the adaptive voice buffer in aiortc's audio receiver.
+"""transport/rtc/aiortc_patches/voice_buffer.py: the adaptive voice buffer in aiortc's audio
+receiver.
 
 The receiver's private objects are aiortc's own (timestamp mapper, Opus decoder), the
 clock a :class:`FakeClock`; a real receiver is inspected for the names the patch uses, and
@@ -20,8 +21,8 @@ from aiortc.rtp import RtpPacket
 from av import AudioFrame, CodecContext
 
 from avatar_sdk.clock import FakeClock
-from avatar_sdk.transport import voice_buffer_patch
-from avatar_sdk.transport.voice_buffer_patch import buffer_voice, concealment_packet
+from avatar_sdk.transport.rtc.aiortc_patches import voice_buffer as voice_buffer_patch
+from avatar_sdk.transport.rtc.aiortc_patches.voice_buffer import buffer_voice, concealment_packet
 
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
 

@@ -1,11 +1,11 @@
-"""The control socket's frame checks (transport/csr.py): pure functions, no network."""
+"""The control socket's frame checks (transport/socketio/csr.py): pure functions, no network."""
 
 from __future__ import annotations
 
 import pytest
 from socketio import packet as sio_packet
 
-from avatar_sdk.transport.frame_guard import (
+from avatar_sdk.transport.socketio.frame_guard import (
     NON_STRING_EVENT,
     UNKNOWN_EVENT,
     engineio_problem,

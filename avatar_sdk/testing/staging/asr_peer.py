@@ -2,7 +2,8 @@
 records what audio arrived, and applies re-offers as renegotiation, ICE restart or a fresh
 peer (see :mod:`avatar_sdk.testing.staging.media`).
 
-The uplink audio is decoded on the event loop (:mod:`avatar_sdk.transport.loop_decode`),
+The uplink audio is decoded on the event loop
+(:mod:`avatar_sdk.transport.rtc.aiortc_patches.loop_decode`),
 not in a decoder thread per peer: a load test's server then pays no thread hand-off per
 20 ms frame per session."""
 
@@ -25,8 +26,8 @@ from aiortc.rtcicetransport import candidate_to_aioice
 
 from ...logs import sdk_logger
 from ...media.levels import frame_rms
-from ...transport.ice import close_ice_connection, guard_connection, set_local_description
-from ...transport.loop_decode import decode_audio_on_loop
+from ...transport.rtc.aiortc_patches.loop_decode import decode_audio_on_loop
+from ...transport.rtc.ice import close_ice_connection, guard_connection, set_local_description
 from .rtc_util import IcePath, blackhole, close_pc, ice_transports, rtc_configuration
 from .state import UplinkHost
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...transport.genie import CONVERSE_PATH
+from ...transport.net.genie import CONVERSE_PATH
 from .brain import Brain, tool_segment
 from .state import EmitFaults, Endpoint, Pacing, ThreadIds
 

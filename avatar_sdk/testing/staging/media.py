@@ -40,7 +40,7 @@ from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc import sdp as sdp_parser
 
 from ...logs import sdk_logger
-from ...transport.ice import set_local_description
+from ...transport.rtc.ice import set_local_description
 from ...wire.names import In, Out
 from ..synthetic import MediaGate, OpusToneTrack, PatternTrack
 from .asr_peer import AsrPeer, AsrStats

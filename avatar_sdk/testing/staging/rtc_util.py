@@ -13,7 +13,7 @@ import av
 from aiortc import RTCConfiguration
 
 from ...logs import sdk_logger
-from ...transport.ice import close_peer
+from ...transport.rtc.ice import close_peer
 
 log = sdk_logger(__name__)
 

@@ -27,7 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from ...besteffort import best_effort
 from ...logs import sdk_logger
-from ...transport.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
+from ...transport.net.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
 from ...wire.names import In, Out
 from .brain import Brain
 from .control import control_routes

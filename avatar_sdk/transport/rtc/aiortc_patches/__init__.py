@@ -1,0 +1,1 @@
+"""aiortc_patches."""
