@@ -93,8 +93,9 @@ class SessionParts:
     turns: UserTurns
 
 
-def assemble(spec: SessionSpec, bus: EventBus) -> SessionParts:
-    """Build every part of one live session around ``bus`` (the session's event bus).
+def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -> SessionParts:
+    """Build every part of one live session around ``bus`` (the session's event bus);
+    ``owner``: the facade, which its tasks keep alive while they run (:class:`Supervisor`).
 
     :raises AvatarError: ``invalid_argument`` for a ``record`` path that cannot be written
         or a bad ``genie_url``, ``insecure_transport`` for an http one without the opt-in.
@@ -108,7 +109,9 @@ def assemble(spec: SessionSpec, bus: EventBus) -> SessionParts:
 
     bus.configure(queue_size=cfg.event_queue_size)  # events() buffers: their default bound
     machine = SessionMachine(on_change=StateAnnouncer(bus).changed)
-    supervisor = Supervisor(on_failure=lambda name, exc: endings_late().on_task_failure(name, exc))
+    supervisor = Supervisor(
+        on_failure=lambda name, exc: endings_late().on_task_failure(name, exc), owner=owner
+    )
     slot = LinkSlot(supervisor)
     view = ConversationView(thread_id=spec.thread_id)
     stats = SessionStats()

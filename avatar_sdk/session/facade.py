@@ -126,7 +126,7 @@ class AvatarSession(EventSource):
         )  # fmt: skip
         super().__init__(clock=spec.clock)
         self._url, self.config = spec.url, spec.config
-        self._parts = parts = assemble(spec, self._bus)
+        self._parts = parts = assemble(spec, self._bus, owner=self)
         # The parts the public verbs drive (named here, once).
         self._clock, self._media = spec.clock, parts.media
         self._machine, self._slot, self._stats = parts.machine, parts.slot, parts.stats

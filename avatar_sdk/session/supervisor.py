@@ -28,8 +28,17 @@ class Supervisor:
     """Owns tasks: ``spawn`` them, ``aclose`` cancels and awaits all of them."""
 
     def __init__(
-        self, on_failure: FailureHandler | None = None, *, label: str = "avatar-sdk"
+        self,
+        on_failure: FailureHandler | None = None,
+        *,
+        label: str = "avatar-sdk",
+        owner: object | None = None,
     ) -> None:
+        """``owner``: what these tasks work for (the session's facade), held here so that it
+        lives as long as they run. Every task's done callback holds the supervisor, so a
+        session its program dropped while connected stays reachable, as a running session
+        must: the leak check finds it, and its close still runs."""
+        self._owner = owner
         #: Told of every task that dies with an exception (the session's endings fail it).
         self.on_failure: FailureHandler = on_failure or _log_only
         self._label = label
