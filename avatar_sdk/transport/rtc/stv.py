@@ -19,7 +19,7 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ...clock import Clock
+from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import AvatarError, ErrorCode
 from ...logs import sdk_logger
 from ...observe import HttpExchange, Observer, observers_of
@@ -205,9 +205,12 @@ class StvDownlink:
                 self.video_gate.on_pause = shown.pause
         audio = self.pc.addTransceiver("audio", direction="recvonly")
         #: Holds the voice as long as the observed jitter needs, not aiortc's fixed 80 ms,
-        #: and conceals a lost packet (:mod:`.voice_buffer`).
+        #: and conceals a lost packet (:mod:`.voice_buffer`). Its schedule is the packets' real
+        #: arrival (media time), never the session clock: under a FakeClock the voice would
+        #: otherwise wait for the test to move time (the frames are stamped on the session
+        #: clock as they are handed on, like every other).
         self.voice_buffer = voice_buffer_patch.buffer_voice(
-            audio.receiver, clock=clock, counts=voice_counts
+            audio.receiver, clock=SYSTEM_CLOCK, counts=voice_counts
         )
         self.audio_decoder: loop_decode.LoopDecoder | None = None
         if decode_audio_on_loop:
