@@ -1,5 +1,5 @@
-"""Channels: the Socket.IO control channel (``control`` over ``csr``), the ASR uplink (``asr``),
-the STV downlink over WHEP (``stv``), the media lanes of one link (``media``), the genie HTTP
-client (``genie``), and what they share (ICE, TLS, the host guard, the uplink's report
-cadence and ICE consent).
+"""Channels, by kind: ``socketio/`` (the control channel and connection-state recovery),
+``rtc/`` (the ASR uplink, the STV downlink over WHEP, their lanes and the aiortc patches),
+``liveness/`` (pure liveness rules) and ``net/`` (host network watch, host guard, TLS, the
+genie HTTP client).
 """

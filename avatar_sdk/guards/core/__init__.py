@@ -1,1 +1,2 @@
-"""core."""
+"""The guards' pure arithmetic: the tool-call spiral breaker (``spiral``) and the brain-stall
+watchdog (``watchdogs``), on an injected clock."""

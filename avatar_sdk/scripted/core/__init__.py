@@ -1,1 +1,2 @@
-"""core."""
+"""The scripted avatar session's pure parts: its REST protocol (``protocol``), its declared
+states and moves (``states``) and its configuration (``config``)."""
