@@ -30,6 +30,7 @@ from typing import Any
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..media.opus import OPUS_SILENCE, encoded_tone, opus_packet, tone_second
 
 __all__ = [
@@ -82,10 +83,12 @@ class MediaGate:
 
 
 class PacedTrack(MediaStreamTrack):
-    """Wall-clock pacing shared by the synthetic tracks."""
+    """Wall-clock pacing shared by the synthetic tracks (``clock``: the real one, or a
+    :class:`~avatar_sdk.clock.FakeClock` to pace a track's frames in a unit test)."""
 
-    def __init__(self, period: float, gate: MediaGate | None) -> None:
+    def __init__(self, period: float, gate: MediaGate | None, clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__()
+        self._clock = clock
         self._period = period
         self._gate = gate
         self._start: float | None = None
@@ -98,12 +101,12 @@ class PacedTrack(MediaStreamTrack):
             raise MediaStreamError
         if self._gate is not None and self._gate.stalled:
             await self._gate.wait_open()
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._start is None:
             self._start = self._due = now
         if self._due > now:
-            await asyncio.sleep(self._due - now)
-            now = time.monotonic()
+            await self._clock.sleep(self._due - now)
+            now = self._clock.monotonic()
         if self.readyState != "live":
             raise MediaStreamError
         # After a stall: no burst of late frames, the timeline jumps instead.
@@ -204,8 +207,9 @@ class _Voice(PacedTrack):
         amplitude: float = 0.3,
         active: Callable[[], bool] | None = None,
         gate: MediaGate | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(AUDIO_FRAME / AUDIO_RATE, gate)
+        super().__init__(AUDIO_FRAME / AUDIO_RATE, gate, clock)
         self.active = active
         self.frequency = float(frequency)
         self.amplitude = max(0.0, min(1.0, amplitude))

@@ -9,9 +9,22 @@ import time
 
 import av
 
+from avatar_sdk.clock import FakeClock
 from avatar_sdk.media.levels import frame_rms
 from avatar_sdk.media.opus import OPUS_SILENCE
-from avatar_sdk.testing.synthetic import AUDIO_FRAME, MediaGate, OpusToneTrack
+from avatar_sdk.testing.synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, OpusToneTrack
+
+PERIOD = AUDIO_FRAME / AUDIO_RATE
+
+
+async def _paced(track: OpusToneTrack, clock: FakeClock) -> av.Packet:
+    """The track's next packet, its slot reached on ``clock`` exactly (no real lateness: a
+    loaded machine's late wake-up would jump the voice's timeline, a real server's rule)."""
+    packet = asyncio.ensure_future(track.recv())
+    await asyncio.sleep(0)
+    while not packet.done():
+        await clock.advance(PERIOD)
+    return await packet
 
 
 def _decode(payloads: list[bytes]) -> list[av.AudioFrame]:
@@ -25,19 +38,20 @@ def _decode(payloads: list[bytes]) -> list[av.AudioFrame]:
 
 async def test_the_voice_is_a_shared_precomputed_cycle_at_the_tone_level() -> None:
     speaking = True
-    first = OpusToneTrack(active=lambda: speaking)
+    clock = FakeClock()
+    first = OpusToneTrack(active=lambda: speaking, clock=clock)
     second = OpusToneTrack(active=lambda: speaking)
     try:
         assert first._cycle is second._cycle  # encoded once, shared by every viewer
         assert len(first._cycle) == 50  # one second of 20 ms packets
-        loud = [await first.recv() for _ in range(60)]  # past the end of the cycle
+        loud = [await _paced(first, clock) for _ in range(60)]  # past the end of the cycle
         speaking = False
-        quiet = [await first.recv() for _ in range(3)]
+        quiet = [await _paced(first, clock) for _ in range(3)]
     finally:
         first.stop()
         second.stop()
     pts = [p.pts for p in loud + quiet]
-    assert all(b - a >= AUDIO_FRAME for a, b in itertools.pairwise(pts))
+    assert all(b - a == AUDIO_FRAME for a, b in itertools.pairwise(pts))  # no slot jumped
     assert {bytes(p) for p in quiet} == {OPUS_SILENCE}
     assert first.tone_frames == 60 and first.frames_sent == 63
     frames = _decode([bytes(p) for p in loud + quiet])
