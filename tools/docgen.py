@@ -38,7 +38,7 @@ from mkdocs.structure.files import File
 from avatar_sdk.config import RenewalPolicy, RetryPolicy, SessionConfig
 from avatar_sdk.errors import CATALOGUE, ErrorCode
 from avatar_sdk.events.names import PAYLOADS, EventName
-from avatar_sdk.session.core.diagram import mermaid
+from avatar_sdk.session.core.diagram import VIEWS, overview, view
 from avatar_sdk.troubleshooting import ADVICE, Advice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,7 +256,11 @@ def config_reference() -> str:
 
 # -- the rest ----------------------------------------------------------------------------------
 def state_diagram() -> str:
-    return "```mermaid\n" + mermaid() + "```\n"
+    """The overview of the top states, then one readable diagram per part of the story."""
+    blocks = ["```mermaid\n" + overview() + "```\n"]
+    for v in VIEWS:
+        blocks.append(f"\n### {v.title}\n\n```mermaid\n{view(v.name)}```\n")
+    return "".join(blocks)
 
 
 def _strip_title(text: str) -> str:

@@ -245,12 +245,23 @@ main.add_command(netlab_command)
 
 
 # -- diagram -----------------------------------------------------------------------------------
-@main.command(context_settings=_CONTEXT)
-def diagram() -> None:
-    """Print the session state machine as Mermaid."""
-    from ..session.core.diagram import mermaid  # noqa: PLC0415
+DIAGRAM_VIEWS = ("all", "overview", "connect", "socket", "media", "cold", "renewal", "pause")
 
-    click.echo(mermaid(), nl=False)
+
+@main.command(context_settings=_CONTEXT)
+@click.option(
+    "--view",
+    type=click.Choice(DIAGRAM_VIEWS),
+    default="all",
+    show_default=True,
+    help="The whole machine, the overview of the top states, or one part of the story.",
+)
+def diagram(view: str) -> None:
+    """Print the session state machine as Mermaid."""
+    from ..session.core import diagram as drawn  # noqa: PLC0415
+
+    text = {"all": drawn.mermaid, "overview": drawn.overview}.get(view)
+    click.echo(text() if text else drawn.view(view), nl=False)
 
 
 # -- staging serve -----------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from click.testing import CliRunner, Result
 from yarl import URL
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
-from avatar_sdk._cli.main import main
-from avatar_sdk.session.core.diagram import mermaid
+from avatar_sdk._cli.main import DIAGRAM_VIEWS, main
+from avatar_sdk.session.core.diagram import VIEWS, mermaid, overview, view
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.control import BRAIN_SCRIPTS, fault_names
 
@@ -69,7 +69,9 @@ def test_docs_diagram_is_the_generated_one() -> None:
     from tools.docgen import expand  # noqa: PLC0415 - the docs tooling, only for this test
 
     text = expand((ROOT / "docs" / "state-machine.md").read_text())
-    assert mermaid() in text, "docs/state-machine.md lost its generated state diagram"
+    assert overview() in text, "docs/state-machine.md lost its generated overview"
+    for v in VIEWS:  # and one readable diagram per part of the story
+        assert f"### {v.title}" in text and view(v.name) in text, v.name
 
 
 def test_help_is_plain_text_with_the_exit_codes() -> None:
@@ -87,6 +89,10 @@ def test_help_is_plain_text_with_the_exit_codes() -> None:
     version = runner.invoke(main, ["--version"])
     assert version.exit_code == 0 and re.fullmatch(r"avatar-sdk, version \S+\n", version.output)
     assert runner.invoke(main, ["diagram"]).output == mermaid()
+    assert runner.invoke(main, ["diagram", "--view", "overview"]).output == overview()
+    assert runner.invoke(main, ["diagram", "--view", "media"]).output == view("media")
+    assert runner.invoke(main, ["diagram", "--view", "nothing"]).exit_code == 2
+    assert set(DIAGRAM_VIEWS) == {"all", "overview"} | {v.name for v in VIEWS}
 
 
 # -- talk: exit codes ------------------------------------------------------------------------
