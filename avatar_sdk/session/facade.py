@@ -46,7 +46,8 @@ _NO_BOUND = 1e9
 
 
 class AvatarSession(EventSource):
-    """One live conversation with an avatar. See ``docs/`` for the full guide."""
+    """One live conversation with an avatar (the guide: the quick start and the recovery tiers
+    in the documentation)."""
 
     def __init__(
         self,
@@ -205,7 +206,10 @@ class AvatarSession(EventSource):
         await self._renewal.renew("manual")
 
     def health(self) -> Health:
-        """Upstream health, read from the machine: live, idle, connecting, backoff, failed."""
+        """Upstream health, read from the machine: a :class:`Health` whose ``upstream`` is
+        ``live``, ``idle``, ``connecting``, ``backoff`` or ``failed``, with the last failure's
+        ``reason`` and ``category`` (``auth``, ``capacity``, ``network``, ``server``,
+        ``client``)."""
         return self._machine.health()
 
     def stats(self) -> StatsSnapshot:

@@ -17,6 +17,7 @@ import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
+from avatar_sdk.session.core.diagram import VIEWS
 from avatar_sdk.session.core.machine import STATES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,19 +167,22 @@ def test_the_site_works_from_disk_in_a_browser(site: Path, tmp_path: Path) -> No
             diagram_page = next(url for url in sorted(visited) if "state-machine" in url)
             page.goto(diagram_page)
             cdp = context.new_cdp_session(page)
-            svg: dict[str, Any] | None = None
+            # the overview and one diagram per part of the story, every one drawn
+            expected = 1 + len(VIEWS)
+            svgs: list[dict[str, Any]] = []
             for _ in range(WAIT_MS // 250):  # Mermaid renders asynchronously after load
                 root = cdp.send("DOM.getDocument", {"depth": -1, "pierce": True})["root"]
                 svgs = [n for n in _walk(root) if _is_mermaid_svg(n)]
-                if svgs:
-                    svg = svgs[0]
+                if len(svgs) >= expected:
                     break
                 page.wait_for_timeout(250)
             article = page.locator("article").inner_text() if page.url.endswith(".html") else ""
-            if svg is None:
-                failures.append(f"diagram: no Mermaid <svg> on {diagram_page}")
+            if len(svgs) < expected:
+                failures.append(
+                    f"diagram: {len(svgs)} Mermaid <svg> of {expected} on {diagram_page}"
+                )
             else:
-                drawn = _text(svg)
+                drawn = " ".join(_text(svg) for svg in svgs)
                 missing = sorted(name for name in _state_names() if name not in drawn)
                 if missing:
                     failures.append(f"diagram: states missing from the drawn <svg>: {missing}")

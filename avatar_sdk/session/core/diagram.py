@@ -113,7 +113,9 @@ def overview() -> str:
                 labels[pair].append(trigger)
     lines = ["stateDiagram-v2", "  [*] --> idle"]
     for (a, b), names in labels.items():
-        shown = ", ".join(names[:OVERVIEW_LABELS]) + (", ..." if len(names) > OVERVIEW_LABELS else "")
+        shown = ", ".join(names[:OVERVIEW_LABELS]) + (
+            ", ..." if len(names) > OVERVIEW_LABELS else ""
+        )
         lines.append(f"  {a} --> {b}: {shown}")
     if everywhere:
         common = " and ".join(everywhere)
