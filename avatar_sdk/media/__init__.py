@@ -18,6 +18,7 @@ from .devices import (
     classify_device_error,
     device_error,
 )
+from .echo import EchoCanceller, EchoStats
 from .encoded import EncodedSilenceSource, EncodedToneSource, OpusFileSource
 from .levels import frame_rms
 from .sinks import AudioLevelMeter, FrameIterator, Recorder, record_avatar
@@ -43,6 +44,8 @@ __all__ = [
     "DeviceBusyError",
     "DeviceNotFoundError",
     "DevicePermissionError",
+    "EchoCanceller",
+    "EchoStats",
     "EncodedSilenceSource",
     "EncodedToneSource",
     "FailingSource",
