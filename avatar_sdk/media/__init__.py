@@ -33,6 +33,8 @@ from .sources import (
     ToneSource,
     file_source,
 )
+from .speaker import SpeakerSink
+from .voice import CleanedSource, LocalVoice
 
 __all__ = [
     "DEVICE_CODES",
@@ -41,6 +43,7 @@ __all__ = [
     "SAMPLE_RATE",
     "TIME_BASE",
     "AudioLevelMeter",
+    "CleanedSource",
     "DeviceBusyError",
     "DeviceNotFoundError",
     "DevicePermissionError",
@@ -50,10 +53,12 @@ __all__ = [
     "EncodedToneSource",
     "FailingSource",
     "FrameIterator",
+    "LocalVoice",
     "MicrophoneSource",
     "OpusFileSource",
     "Recorder",
     "SilenceSource",
+    "SpeakerSink",
     "ToneSource",
     "classify_device_error",
     "device_error",
