@@ -68,6 +68,7 @@ class AudioRig:
         self._dir: Path | None = None
         self._pid: int | None = None
         self._saved: dict[str, str | None] = {}
+        self._players: list[subprocess.Popen[bytes]] = []
 
     def _env(self) -> dict[str, str]:
         assert self._dir is not None
@@ -139,12 +140,18 @@ class AudioRig:
              "--channels=1", "--latency-msec=20", "--raw"],
             env=self._env(), stdin=subprocess.PIPE,
         )  # fmt: skip
+        self._players.append(proc)
         assert proc.stdin is not None
         proc.stdin.write(pcm)
         proc.stdin.close()
         return proc
 
     def stop(self) -> None:
+        for proc in self._players:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(5)
+        self._players.clear()
         for key, value in self._saved.items():
             if value is None:
                 os.environ.pop(key, None)
