@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
 DOCS_JS_STAMP := tools/docs-assets/node_modules/.installed
 
-.PHONY: demo test test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools
+.PHONY: demo test test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools audio-tools
 
 venv: $(STAMP)
 
@@ -61,6 +61,22 @@ netlab-tools:
 	    echo "  sudo apt-get install -y --no-install-recommends nftables iproute2" >&2; exit 1; \
 	  fi; }
 
+# PulseAudio and PortAudio for the voice tests (tests/integration/test_voice_loop.py: a private
+# PulseAudio server whose speaker the microphone hears through a loopback): installed when
+# missing and we are root (CI is); else, unless AVATAR_SDK_AUDIO=off (the tests then skip),
+# the command to run is printed and the target fails.
+audio-tools:
+	@{ command -v pulseaudio && command -v pacat && ldconfig -p | grep -q libportaudio.so.2; } >/dev/null 2>&1 || \
+	  [ "$$AVATAR_SDK_AUDIO" = off ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "the voice tests' audio server: apt-get install -y --no-install-recommends pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins >/dev/null; \
+	  else \
+	    echo "make test needs PulseAudio and PortAudio for the voice tests (or AVATAR_SDK_AUDIO=off); run:" >&2; \
+	    echo "  sudo apt-get install -y --no-install-recommends pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins" >&2; exit 1; \
+	  fi; }
+
 demo: $(STAMP)
 	$(PY) -m avatar_sdk._cli demo
 
@@ -71,7 +87,7 @@ demo: $(STAMP)
 # worker each (the Ray tests: two Ray instances starting at once starve a 2-core machine).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
 
-test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools
+test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools
 	$(PY) -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
@@ -80,7 +96,7 @@ test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools
 # with that reason (tests/conftest.py), everything else runs.
 MATRIX ?= 3.12 3.13
 
-test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
+test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow and not netlab'"; \
 	  .venv-$$v/bin/python -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup; \

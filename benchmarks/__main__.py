@@ -1,7 +1,7 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
 Figures: connect, recovery, throughput, media, pacing, latency, resilience, uplink, guards, wakeups,
-load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
+echo, load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
 (default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import (
     connect,
+    echo,
     fleet,
     guards,
     latency,
@@ -66,11 +67,12 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "renewal": (renewal.TITLE, renewal.run),
     "netlab": (netlab.TITLE, netlab.run),
     "wakeups": (wakeups.TITLE, wakeups.run),
+    "echo": (echo.TITLE, echo.run),
 }
 #: Figures run when ``--only`` is not given (``asr`` is part of ``resilience``).
 DEFAULT = (
     "connect", "recovery", "throughput", "media", "pacing", "latency", "resilience", "uplink",
-    "guards", "wakeups",
+    "guards", "wakeups", "echo",
     "load",
     "loop_lag",
     "fleet",

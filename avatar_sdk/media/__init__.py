@@ -18,6 +18,7 @@ from .devices import (
     classify_device_error,
     device_error,
 )
+from .echo import EchoCanceller, EchoStats
 from .encoded import EncodedSilenceSource, EncodedToneSource, OpusFileSource
 from .levels import frame_rms
 from .sinks import AudioLevelMeter, FrameIterator, Recorder, record_avatar
@@ -32,6 +33,8 @@ from .sources import (
     ToneSource,
     file_source,
 )
+from .speaker import SpeakerSink
+from .voice import CleanedSource, LocalVoice
 
 __all__ = [
     "DEVICE_CODES",
@@ -40,17 +43,22 @@ __all__ = [
     "SAMPLE_RATE",
     "TIME_BASE",
     "AudioLevelMeter",
+    "CleanedSource",
     "DeviceBusyError",
     "DeviceNotFoundError",
     "DevicePermissionError",
+    "EchoCanceller",
+    "EchoStats",
     "EncodedSilenceSource",
     "EncodedToneSource",
     "FailingSource",
     "FrameIterator",
+    "LocalVoice",
     "MicrophoneSource",
     "OpusFileSource",
     "Recorder",
     "SilenceSource",
+    "SpeakerSink",
     "ToneSource",
     "classify_device_error",
     "device_error",

@@ -1,0 +1,105 @@
+"""Talking to the avatar from a laptop, over a real audio server (avatar_sdk.testing.audio_rig):
+the speaker's output reaches the microphone through a PulseAudio loop (60 ms, -10 dB), the
+staging backend's VAD listens to the uplink. Without the echo canceller the avatar's own
+voice interrupts it; with it, a whole answer plays, and a user talking over it still does.
+
+``AVATAR_SDK_AUDIO=off`` skips these (``make test`` installs PulseAudio as root)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from avatar_sdk import AvatarSession
+from avatar_sdk.media import LocalVoice
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.audio_rig import AudioRig, audio_rig_missing
+
+from .conftest import FAST
+
+_missing = audio_rig_missing()
+pytestmark = [
+    pytest.mark.skipif(_missing is not None, reason=f"no audio rig: {_missing}"),
+    pytest.mark.xdist_group("audio_rig"),  # one PulseAudio server and its environment
+]
+
+ANSWER = " ".join(f"word{i}" for i in range(60))  # several seconds of the avatar's voice
+TURNS = 10
+
+
+@pytest.fixture
+def rig() -> Iterator[AudioRig]:
+    pytest.importorskip("livekit.rtc", reason="the voice extra (livekit) is not installed")
+    with AudioRig(delay=0.06, gain=0.3) as running:
+        yield running
+
+
+async def _voice_session(
+    staging: StagingServer, *, cancel: bool
+) -> tuple[AvatarSession, LocalVoice]:
+    voice = LocalVoice(input="pulse", output="pulse", echo_cancellation=cancel)
+    session = AvatarSession(
+        staging.url,
+        staging.token,
+        audio=voice.microphone,
+        video=False,
+        allow_insecure_transport=True,
+        config=FAST.with_(overall_connect_timeout=10.0, asr_timeout=5.0),
+    )
+    await session.connect()
+    await voice.start(session.avatar_audio)
+    await session.wait_for("agent_talking", timeout=10, predicate=lambda e: not e.data["talking"])
+    await session.wait_until_quiet(timeout=10)
+    staging.brain.listen(min_speech=0.25, silence=0.6)  # the greeting is over: the VAD on
+    return session, voice
+
+
+def _user_voice(seconds: float = 1.0) -> np.ndarray:
+    t = np.arange(round(seconds * 48000)) / 48000
+    return 0.3 * np.sin(2 * np.pi * 1000.0 * t)
+
+
+@pytest.mark.timeout(120)
+async def test_without_the_canceller_the_avatar_interrupts_itself(rig: AudioRig) -> None:
+    """The loop is real: the avatar's voice through it makes the staging VAD fire."""
+    async with StagingServer(speech_time_scale=0.5) as staging:
+        session, voice = await _voice_session(staging, cancel=False)
+        try:
+            reply = await session.speak(ANSWER).wait_for_playout(timeout=30)
+            assert reply.interrupted
+        finally:
+            await session.close()
+            await voice.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_with_the_canceller_answers_play_whole_and_the_user_still_barges_in(
+    rig: AudioRig,
+) -> None:
+    async with StagingServer(speech_time_scale=0.5) as staging:
+        session, voice = await _voice_session(staging, cancel=True)
+        try:
+            for turn in range(TURNS):
+                reply = await session.speak(ANSWER).wait_for_playout(timeout=30)
+                assert not reply.interrupted, f"turn {turn}: the avatar interrupted itself"
+            for turn in range(TURNS):
+                handle = session.speak(ANSWER)
+                await session.wait_for(
+                    "agent_talking", timeout=10, predicate=lambda e: e.data["talking"]
+                )
+                await asyncio.sleep(0.5)
+                heard = session.expect("user_transcription", timeout=15)
+                player = rig.talk(_user_voice())
+                reply = await handle.wait_for_playout(timeout=30)
+                assert reply.interrupted, f"turn {turn}: the user did not interrupt"
+                await asyncio.to_thread(player.wait, 10)
+                await heard  # the barge-in became a voice turn: let its answer go by
+                await session.wait_until_quiet(timeout=30)
+                await asyncio.sleep(0.3)
+            assert voice.speaker.played > 0 and voice.canceller is not None
+        finally:
+            await session.close()
+            await voice.stop()
