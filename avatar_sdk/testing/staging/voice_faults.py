@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import random
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,10 +104,11 @@ class VoiceFaults:
         self._timers: set[asyncio.TimerHandle] = set()
         self._sending: set[asyncio.Task[None]] = set()
         self._closed = False
-        #: Voice packets seen; sequence numbers dropped; those sent after their successor;
-        #: packets sent late by the jitter, and their delays (s).
+        #: Voice packets seen; sequence numbers dropped, and when (``time.monotonic()``);
+        #: those sent after their successor; the delays the jitter drew (s).
         self.packets = 0
         self.lost: list[int] = []
+        self.lost_at: list[float] = []
         self.swapped: list[int] = []
         self.delays: list[float] = []
         transport._send_rtp = self._filtered_send
@@ -160,6 +162,7 @@ class VoiceFaults:
         if self._lose_next or (self._loss_rate and self._loss_rng.random() < self._loss_rate):
             self._lose_next = max(0, self._lose_next - 1)
             self.lost.append(seq)
+            self.lost_at.append(time.monotonic())
             return
         if self._held is not None:
             held, self._held = self._held, None
