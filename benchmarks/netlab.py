@@ -57,6 +57,11 @@ def run() -> FigureResult:
             result.rows.append(Row(f"{name}: recovery", 1, figures.recovery, "s"))
         tiers = ", ".join(figures.tiers) or "none"
         extra = f", downlink {figures.downlink_kbit:.0f} kbit/s" if figures.downlink_kbit else ""
+        if name.startswith("loss"):  # the voice's receive buffer conceals what was lost
+            extra += (
+                f"; voice {figures.voice_concealed} frames concealed, {figures.voice_late} "
+                f"late, of {figures.voice_packets} packets"
+            )
         result.notes.append(
             f"{name}: tiers {tiers}; turns {figures.turns_answered}/{figures.turns_sent} "
             f"answered, {figures.turns_duplicated} duplicated, {figures.turns_resent} resent; "

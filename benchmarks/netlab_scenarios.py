@@ -78,6 +78,11 @@ class Figures:
     # session had.
     video_holes_skipped: int = 0
     video_nack_retries: int = 0
+    #: The avatar's voice over the whole run (``stats()["voice_buffer"]``, every
+    #: subscription): frames concealed for a lost packet, packets dropped as late, packets.
+    voice_concealed: int = 0
+    voice_late: int = 0
+    voice_packets: int = 0
     state_at_fault_end: str = ""
     network_changes: list[str] = field(default_factory=list)
     final_state: str = ""
@@ -244,6 +249,10 @@ async def run_scenario(
                     window=(fault_at, over_at),
                 )
                 figures.final_state = session.state
+                voice = session.stats().get("voice_buffer", {})
+                figures.voice_concealed = int(voice.get("concealed", 0))
+                figures.voice_late = int(voice.get("late", 0))
+                figures.voice_packets = int(voice.get("packets", 0))
             finally:
                 await session.close()
             figures.leaks = await check.settle(5.0)

@@ -3,13 +3,15 @@
 aiortc's audio receiver held every voice frame until four more had arrived (80 ms on
 loopback); the SDK's downlink now holds it as long as the jitter it observes requires,
 conceals a lost packet and puts a reordered one in place. The staging's audio sender
-loses or reorders packets at will (:mod:`avatar_sdk.testing.staging.voice_disorder`).
+loses, reorders and delays packets (``staging.faults.voice_loss``, ``voice_reorder``,
+``voice_jitter``: :mod:`avatar_sdk.testing.staging.voice_faults`). Bounds, never speed.
 """
 
 from __future__ import annotations
 
+from avatar_sdk import AvatarSession
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.staging.voice_disorder import disorder_voice
+from avatar_sdk.testing.staging.voice_faults import VoiceFaults
 from avatar_sdk.transport.rtc.aiortc_patches.voice_buffer import VoiceReceiveBuffer
 
 from ..conftest import until
@@ -38,14 +40,21 @@ async def test_the_voice_arrives_through_the_adaptive_buffer(staging: StagingSer
         await session.close()
 
 
+def _faults(staging: StagingServer) -> VoiceFaults:
+    (viewer,) = staging.media.viewers.values()
+    assert viewer.voice_faults is not None
+    return viewer.voice_faults
+
+
 async def test_lost_voice_packets_are_concealed_and_counted(staging: StagingServer) -> None:
     session = await connected_session(staging, MEDIA, video=False)
     try:
-        (viewer,) = staging.media.viewers.values()
-        disorder = disorder_voice(viewer.pc)
         counts = current_downlink(session).voice_buffer.counts
         before = counts.concealed
-        disorder.lose(3)
+        (sid,) = staging.conversations
+        assert staging.faults.voice_loss(count=3, sid="another-session") == 0
+        assert staging.faults.voice_loss(count=3, sid=sid) == 1
+        disorder = _faults(staging)
         assert await until(lambda: len(disorder.lost) == 3, 3)
         assert await until(lambda: counts.concealed >= before + 3, 3)
         assert counts.late == 0  # never arrived, so never late
@@ -60,12 +69,12 @@ async def test_reordered_voice_packets_are_put_in_place_or_counted_late(
 ) -> None:
     session = await connected_session(staging, MEDIA, video=False)
     try:
-        (viewer,) = staging.media.viewers.values()
-        disorder = disorder_voice(viewer.pc)
         counts = current_downlink(session).voice_buffer.counts
         before = counts.reordered + counts.late
+        assert staging.faults.voice_reorder(count=0) == 1
+        disorder = _faults(staging)
         for _ in range(5):
-            disorder.swap()
+            assert staging.faults.voice_reorder(count=1) == 1
             assert await until(lambda: disorder.pending == 0, 3)
         assert len(disorder.swapped) == 5
         # Each swapped packet was either put in place or, if its turn had been concealed
@@ -74,5 +83,53 @@ async def test_reordered_voice_packets_are_put_in_place_or_counted_late(
         assert await until(lambda: counts.reordered + counts.late >= before + 5, 3)
         assert counts.reordered >= 1
         assert counts.target_delay > 0.02
+    finally:
+        await session.close()
+
+
+async def _voice_flows(session: AvatarSession, seconds: float) -> None:
+    """The downlink hands on voice frames for ``seconds`` (about 50 a second)."""
+    downlink = current_downlink(session)
+    frames = downlink.frames["audio"]
+    assert await until(lambda: downlink.frames["audio"] >= frames + int(seconds * 40), 3 * seconds)
+
+
+async def test_random_voice_loss_is_concealed_and_the_voice_keeps_flowing(
+    staging: StagingServer,
+) -> None:
+    session = await connected_session(staging, MEDIA, video=False)
+    try:
+        counts = current_downlink(session).voice_buffer.counts
+        concealed = counts.concealed
+        assert staging.faults.voice_loss(0.1, seed=7) == 1
+        faults = _faults(staging)
+        await _voice_flows(session, 2.0)
+        staging.faults.clear()  # no more losses: the last lost packet has later ones
+        await _voice_flows(session, 0.2)
+        lost = len(faults.lost)
+        assert 0.03 * faults.packets <= lost <= 0.2 * faults.packets  # 10 % drawn
+        # Each lost packet is concealed once, at its own time; none of them is late.
+        assert lost <= counts.concealed - concealed <= lost + 2
+        assert counts.late == 0
+    finally:
+        await session.close()
+
+
+async def test_voice_jitter_raises_the_target_delay_and_little_is_concealed(
+    staging: StagingServer,
+) -> None:
+    session = await connected_session(staging, MEDIA, video=False)
+    try:
+        counts = current_downlink(session).voice_buffer.counts
+        before = counts.packets, counts.concealed, counts.late
+        assert staging.faults.voice_jitter(0.05, seed=3) == 1
+        await _voice_flows(session, 3.0)
+        faults = _faults(staging)
+        assert faults.delays and max(faults.delays) <= 0.05
+        assert counts.target_delay >= 0.03  # grown from one frame towards the jitter
+        packets = counts.packets - before[0]
+        disorder = counts.concealed - before[1] + counts.late - before[2]
+        assert disorder <= 0.1 * packets  # the buffer waits for most of them
+        assert counts.reordered > 0  # delays differing by more than a frame reorder
     finally:
         await session.close()

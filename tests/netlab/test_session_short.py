@@ -24,6 +24,7 @@ async def test_five_percent_loss_needs_no_recovery() -> None:
     no_turn_lost(f)
     assert f.tiers == [] and f.media_recoveries == 0 and f.reconnects == {}
     assert f.video_fps_during is not None and f.video_fps_during > 5
+    assert f.voice_packets > 0 and f.voice_concealed > 0  # lost voice concealed, counted
 
 
 async def test_a_three_second_blackhole_is_recovered_with_no_turn_lost() -> None:

@@ -354,6 +354,35 @@ class Faults:
         self.injected.append("lose_video_packets")
         return self._media.lose_video_packets(count, resends_lost=resends_lost)
 
+    def voice_loss(
+        self, rate: float = 0.0, *, count: int = 0, seed: int = 0, sid: str | None = None
+    ) -> int:
+        """The avatar's voice on the WHEP subscriptions of the server session ``sid`` (None:
+        every session) loses its next ``count`` RTP packets, and from then on each packet
+        with probability ``rate`` (seeded: ``seed`` makes the same choices again); the rate
+        holds for later subscriptions too, until :meth:`clear`. Returns how many current
+        subscriptions were armed."""
+        self.injected.append("voice_loss")
+        return self._media.voice_loss(rate, count=count, seed=seed, sid=sid)
+
+    def voice_reorder(
+        self, rate: float = 0.0, *, count: int = 0, seed: int = 0, sid: str | None = None
+    ) -> int:
+        """The avatar's voice (``sid``'s subscriptions, None: every session) sends its next
+        ``count`` packets, and from then on each with probability ``rate`` (seeded), right
+        after the packet that follows it; until :meth:`clear`. Returns how many current
+        subscriptions were armed."""
+        self.injected.append("voice_reorder")
+        return self._media.voice_reorder(rate, count=count, seed=seed, sid=sid)
+
+    def voice_jitter(self, seconds: float, *, seed: int = 0, sid: str | None = None) -> int:
+        """Each packet of the avatar's voice (``sid``'s subscriptions, None: every session)
+        is sent after its own delay, drawn uniform in [0, ``seconds``] (seeded), so packets
+        whose delays differ by more than a frame arrive out of order; 0 ends it, as does
+        :meth:`clear`. Returns how many current subscriptions were armed."""
+        self.injected.append("voice_jitter")
+        return self._media.voice_jitter(seconds, seed=seed, sid=sid)
+
     def whep_404(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP POSTs answer 404 ``NO_ACTIVE_SESSION``."""
         self.injected.append("whep_404")

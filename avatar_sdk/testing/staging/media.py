@@ -18,8 +18,9 @@
   per process (:class:`~avatar_sdk.testing.synthetic.OpusToneTrack`): a viewer costs no
   audio encoding.
 * **Faults** (driven through :class:`~avatar_sdk.testing.staging.faults.Faults`): ICE failure,
-  media stall, frozen video, lost video packets (:mod:`.packet_loss`), WHEP 404, stuck
-  ICE (no answer / no candidates).
+  media stall, frozen video, lost video packets (:mod:`.packet_loss`), jitter, reorder
+  and loss on the voice (:mod:`.voice_faults`, per session), WHEP 404, stuck ICE (no
+  answer / no candidates).
 
 Every peer belongs to its conversation: closed when the conversation ends (a disconnect
 that is not pending recovery, a recovery window that expires) and on server stop.
@@ -61,6 +62,13 @@ from .rtc_util import (
     strip_candidates,
 )
 from .scripted import ScriptedStagingSession
+from .voice_faults import (
+    VoiceFaults,
+    VoiceFaultSettings,
+    check_jitter,
+    check_rate,
+    install_voice_faults,
+)
 
 if TYPE_CHECKING:
     from aiortc.mediastreams import MediaStreamTrack
@@ -96,6 +104,8 @@ class WhepViewer:
     thaw_on_keyframe_request: bool = False
     #: Its video sender's packet loss (:meth:`StagingMedia.lose_video_packets`), once armed.
     packet_loss: VideoPacketLoss | None = None
+    #: Its voice sender's faults (:meth:`StagingMedia.voice_faults_of`), once armed.
+    voice_faults: VoiceFaults | None = None
 
     def on_keyframe_request(self) -> None:
         self.keyframe_requests += 1
@@ -169,6 +179,9 @@ class StagingMedia:
         self._asr_stall_until = 0.0
         self._frames_retired = 0
         self._frozen: list[WhepViewer] = []  # viewers whose video freeze_video() stopped
+        #: Lasting voice faults (rates, jitter) by conversation sid (None: every one),
+        #: given to later subscriptions too until :meth:`clear_faults`.
+        self.voice_settings: dict[str | None, VoiceFaultSettings] = {}
         self._whep_lock = asyncio.Lock()
         self._stopping = False
 
@@ -236,6 +249,9 @@ class StagingMedia:
         self._scripted.clear()
         self.viewers.clear()
         self._frames_retired += sum(v.video.frames_sent for v in viewers)
+        for viewer in viewers:
+            if viewer.voice_faults is not None:
+                viewer.voice_faults.close()
         await asyncio.gather(*(p.close() for p in peers), *(close_pc(v.pc) for v in viewers))
 
     # -- assertions helpers ------------------------------------------------------------------
@@ -354,6 +370,51 @@ class StagingMedia:
             armed += 1
         return armed
 
+    def voice_loss(
+        self, rate: float = 0.0, *, count: int = 0, seed: int = 0, sid: str | None = None
+    ) -> int:
+        """The voice of ``sid``'s subscriptions (None: every one) loses its next ``count``
+        packets, and each later one with probability ``rate`` (:mod:`.voice_faults`)."""
+        rate = check_rate(rate)
+        settings = self.voice_settings.setdefault(sid, VoiceFaultSettings())
+        settings.loss_rate, settings.loss_seed = rate, seed
+        return self._arm_voice(sid, lambda f: f.lose(count, rate=rate, seed=seed))
+
+    def voice_reorder(
+        self, rate: float = 0.0, *, count: int = 0, seed: int = 0, sid: str | None = None
+    ) -> int:
+        """The voice of ``sid``'s subscriptions sends its next ``count`` packets, and each
+        later one with probability ``rate``, right after the packet that follows it."""
+        rate = check_rate(rate)
+        settings = self.voice_settings.setdefault(sid, VoiceFaultSettings())
+        settings.reorder_rate, settings.reorder_seed = rate, seed
+        return self._arm_voice(sid, lambda f: f.reorder(count, rate=rate, seed=seed))
+
+    def voice_jitter(self, seconds: float, *, seed: int = 0, sid: str | None = None) -> int:
+        """Every voice packet of ``sid``'s subscriptions is delayed by its own draw,
+        uniform in [0, ``seconds``]."""
+        seconds = check_jitter(seconds)
+        settings = self.voice_settings.setdefault(sid, VoiceFaultSettings())
+        settings.jitter, settings.jitter_seed = seconds, seed
+        return self._arm_voice(sid, lambda f: f.jitter(seconds, seed=seed))
+
+    def _arm_voice(self, sid: str | None, arm: Callable[[VoiceFaults], None]) -> int:
+        armed = 0
+        for viewer in self.viewers.values():
+            if not viewer.is_open or sid not in (None, viewer.sid):
+                continue
+            faults = self.voice_faults_of(viewer)
+            if faults is not None:
+                arm(faults)
+                armed += 1
+        return armed
+
+    def voice_faults_of(self, viewer: WhepViewer) -> VoiceFaults | None:
+        """``viewer``'s voice faults, installed on its audio sender at the first call."""
+        if viewer.voice_faults is None:
+            viewer.voice_faults = install_voice_faults(viewer.pc)
+        return viewer.voice_faults
+
     def whep_404(self, times: int = 1) -> None:
         self.whep_404_remaining += max(0, times)
 
@@ -382,6 +443,10 @@ class StagingMedia:
         for viewer in self._frozen:
             viewer.video.freeze.resume()
         self._frozen.clear()
+        self.voice_settings.clear()
+        for viewer in self.viewers.values():
+            if viewer.voice_faults is not None:
+                viewer.voice_faults.clear()
         self._asr_stall_until = 0.0
         self.stuck.clear()
         self.whep_404_remaining = 0
@@ -558,6 +623,11 @@ class StagingMedia:
             if media.kind == "video" and media.rtp.codecs:
                 viewer.video_codec = media.rtp.codecs[0].mimeType
         _count_keyframe_requests(pc, viewer)
+        settings = self.voice_settings.get(conv.sid, self.voice_settings.get(None))
+        if settings is not None:  # the session's lasting voice faults, on its new viewer
+            faults = self.voice_faults_of(viewer)
+            if faults is not None:
+                settings.apply(faults)
         self.viewers[viewer.resource_id] = viewer
         return viewer
 
