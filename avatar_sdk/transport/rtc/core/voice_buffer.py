@@ -29,7 +29,7 @@ only as long as the jitter it has observed requires:
   :data:`MAX_MISORDER`) restarts the timeline (counted).
 
 Pure: no asyncio, no aiortc; times are passed in. The install on aiortc's receiver is
-:mod:`.voice_buffer_patch`.
+:mod:`avatar_sdk.transport.rtc.aiortc_patches.voice_buffer`.
 """
 
 from __future__ import annotations
