@@ -240,7 +240,7 @@ class SpeechHandle:
             return
         self._playout.said(at)
         if not self._match.spoke:
-            self._close_playout()  # nothing to say: nothing to hear
+            self._disarm()  # nothing to say: nothing to hear, played once said
             return
         # Its voice may still be on its way (the media path lags the control channel):
         # the onset and the playout stay armed AUDIO_GRACE longer.

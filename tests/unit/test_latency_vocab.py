@@ -256,3 +256,22 @@ async def test_a_pause_in_the_users_speech_is_not_a_spoken_turn() -> None:
     bus.emit("agent_talking", {"talking": False})
     await frames(clock, audio, 0.0, QUIET_FRAMES)
     assert bus.named("turn_latency") == []
+
+
+async def test_a_reply_with_nothing_to_say_is_played_once_said_and_stops_listening() -> None:
+    clock = FakeClock()
+    bus = FakeBus(clock)
+    audio = FakeAudio()
+    replies = Replies(clock=clock, on=bus.on, audio=audio, emit=bus.emit)
+    handle = replies.register("Hello?", media=True)
+    handle._on_sent("Hello?")
+    handle._resolve_sent(None)
+    await clock.advance(0.1)
+    ids = {"speech_id": HELLO, "turn_id": "t1"}
+    bus.emit("agent_speech_started", {**ids, "is_new_turn": True})
+    bus.emit("agent_text", {**ids, "type": "tool", "content": "x {}", "spoken": False})
+    bus.emit("agent_turn_ended", ids)
+    [event] = bus.named("turn_latency")
+    assert event["generated_latency"] == event["played_latency"] == pytest.approx(0.1)
+    assert handle.done() and not handle._listening()
+    assert audio.tap_wants is not None and not audio.tap_wants()  # the voice is not decoded
