@@ -51,6 +51,8 @@ class EventName(StrEnum):
     AGENT_TALKING = "agent_talking"
     USER_TRANSCRIPTION = "user_transcription"
     USER_STARTED_TALKING = "user_started_talking"
+    USER_SPEECH_ENDED = "user_speech_ended"
+    TURN_LATENCY = "turn_latency"
     AGENT_INTERRUPTED = "agent_interrupted"
     TOOL_CALL = "tool_call"
     TOOL_CALL_RESULT = "tool_call_result"
@@ -320,6 +322,29 @@ class UserStartedTalkingPayload(TypedDict):
     """The server detected the user speaking."""
 
 
+class UserSpeechEndedPayload(TypedDict):
+    """The SDK found the end of the user's speech on the uplink frames it sends (an energy
+    rule with hangover, ``docs/latency.md``): a spoken turn, timed from there."""
+
+    duration: float  # the speech, its first voiced frame to its last
+    detected_after: float  # the end of speech to this event (the rule's hangover)
+
+
+class TurnLatencyPayload(TypedDict):
+    """A turn's figures, final (``docs/latency.md``): seconds from the turn written to the
+    socket (``source`` ``speak``) or from the end of the user's speech (``voice``); None
+    where not seen. The same values as its ``Reply``, the spans and the metrics."""
+
+    source: Literal["speak", "voice"]
+    speech_id: str | None
+    text_latency: float | None  # -> the first spoken text
+    audio_latency: float | None  # -> the first audible avatar frame handed to the app
+    generated_latency: float | None  # -> the avatar finished generating the answer
+    played_latency: float | None  # -> its last audible frame handed to the app (media)
+    voice_to_voice: float | None  # a spoken turn's audio_latency (None for ``speak``)
+    interrupted: bool
+
+
 class AgentInterruptedPayload(TypedDict):
     """The agent's answer was cut by a newer user turn (barge-in)."""
 
@@ -476,6 +501,8 @@ PAYLOADS: Final[dict[EventName, type]] = {
     EventName.AGENT_TALKING: AgentTalkingPayload,
     EventName.USER_TRANSCRIPTION: UserTranscriptionPayload,
     EventName.USER_STARTED_TALKING: UserStartedTalkingPayload,
+    EventName.USER_SPEECH_ENDED: UserSpeechEndedPayload,
+    EventName.TURN_LATENCY: TurnLatencyPayload,
     EventName.AGENT_INTERRUPTED: AgentInterruptedPayload,
     EventName.TOOL_CALL: ToolCallPayload,
     EventName.TOOL_CALL_RESULT: ToolCallResultPayload,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,17 +75,29 @@ def is_spoken(data: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """One measured turn; latencies in seconds from the moment the turn was sent (the wait
-    for the greeting or a reply still playing excluded; None: not seen)."""
+    for the greeting or a reply still playing excluded; None: not seen), named as in
+    :mod:`avatar_sdk.session.core.latency` (``text_latency`` is ``text_s``...)."""
 
     text: str  # what the avatar said (its spoken segments, joined)
     text_s: float | None
     audio_s: float | None
-    ended_s: float | None
+    generated_s: float | None
+    played_s: float | None
     ok: bool
     error: str | None = None
     #: The session's :class:`~avatar_sdk.Reply` (ids, the wait before sending, interrupted,
     #: resent); None when the turn timed out or the session ended.
     reply: Reply | None = None
+
+    @property
+    def ended_s(self) -> float | None:
+        """Deprecated: ``generated_s`` (the answer generated, not heard)."""
+        warnings.warn(
+            "TurnResult.ended_s is deprecated: it is TurnResult.generated_s",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.generated_s
 
 
 class AudioProbe:
@@ -226,9 +239,10 @@ class ScenarioContext:
         await sleep_unless(self._stop, seconds)
 
     async def turn(self, text: str, *, timeout: float | None = None) -> TurnResult:
-        """Ask ``text`` (``session.ask``) and measure its reply: the first spoken text, the
-        first audible frame (media sessions) and the end of its turn, from the moment the
-        turn was sent. With media it first lets a voice still playing end (the greeting's:
+        """Ask ``text`` (``session.ask(..., wait_for_playout=True)``) and measure its reply:
+        the first spoken text, the first audible frame (media sessions), the end of its
+        generation and, with media, the end of its playout, from the moment the turn was
+        sent. With media it first lets a voice still playing end (the greeting's:
         :meth:`AudioProbe.settle`); that wait and ``ask()``'s own (``Reply.waited``) are
         reported apart as ``wait_s``, off the turn's clock. A timeout is recorded and returned
         (``ok=False``), not raised; ``AvatarError`` (the session ended) is recorded, then
@@ -243,7 +257,7 @@ class ScenarioContext:
         error: str | None = None
         failure: AvatarError | None = None
         try:
-            reply = await session.ask(text, timeout=limit)
+            reply = await session.ask(text, timeout=limit, wait_for_playout=True)
         except TimeoutError:
             error = "timeout"
         except AvatarError as exc:
@@ -252,7 +266,8 @@ class ScenarioContext:
             text=reply.text if reply is not None else "",
             text_s=reply.text_latency if reply is not None else None,
             audio_s=reply.audio_latency if reply is not None else None,
-            ended_s=reply.end_latency if reply is not None else None,
+            generated_s=reply.generated_latency if reply is not None else None,
+            played_s=reply.played_latency if reply is not None else None,
             ok=reply is not None and reply.ended,
             error=error,
             reply=reply,
@@ -262,7 +277,9 @@ class ScenarioContext:
             "turn": number,
             "text_s": result.text_s,
             "audio_s": result.audio_s,
-            "ended_s": result.ended_s,
+            "generated_s": result.generated_s,
+            "played_s": result.played_s,
+            "ended_s": result.generated_s,  # deprecated name, for readers of older files
             "ok": result.ok,
             "wait_s": settled + (reply.waited if reply is not None else 0.0),
         }

@@ -36,6 +36,7 @@ KINDS: tuple[str, ...] = (
     "connected",
     "greeting",
     "turn",
+    "voice_turn",
     "recovery",
     "renewal",
     "error",
@@ -43,12 +44,25 @@ KINDS: tuple[str, ...] = (
     "metric",
     "session_finished",
 )
-#: The latencies ``FleetStats`` summarises: connect, greeting, a turn's three (from when
-#: it was sent), and the turn's wait before it was sent (``wait``: the greeting or the last
-#: reply still being said; never on the turn's clock).
-LATENCIES: tuple[str, ...] = ("connect", "greeting", "text", "audio", "ended", "wait")
-#: A turn's figures, summarised for all turns and per turn index (``by_turn``).
-TURN_FIGURES: tuple[str, ...] = ("text", "audio", "ended", "wait")
+#: The latencies ``FleetStats`` summarises: connect, greeting, a typed turn's figures (from
+#: when it was sent: ``text``, ``audio``, ``generated``, ``played``, the
+#: :mod:`avatar_sdk.session.core.latency` vocabulary without ``_latency``), a spoken turn's
+#: ``voice_to_voice``, and the turn's wait before it was sent (``wait``: the greeting or the
+#: last reply still being said; never on the turn's clock).
+LATENCIES: tuple[str, ...] = (
+    "connect",
+    "greeting",
+    "text",
+    "audio",
+    "generated",
+    "played",
+    "voice_to_voice",
+    "wait",
+)
+#: A typed turn's figures, summarised for all turns and per turn index (``by_turn``).
+TURN_FIGURES: tuple[str, ...] = ("text", "audio", "generated", "played", "wait")
+#: Before 0.x: ``ended_s`` was ``generated_s`` (still read from old measurement files).
+LEGACY_FIELDS: dict[str, str] = {"generated": "ended_s"}
 
 Measurement = dict[str, Any]
 
@@ -73,10 +87,21 @@ class Turn(Base):
     turn: int  # the turn's number within the iteration, from 0
     text_s: float | None  # turn sent -> first spoken agent_text
     audio_s: float | None  # turn sent -> first audible avatar audio frame (None: media off)
-    ended_s: float | None  # turn sent -> agent_turn_ended
+    generated_s: float | None  # turn sent -> the answer generated (agent_turn_ended)
+    played_s: float | None  # turn sent -> its last audible frame handed to the app
+    ended_s: NotRequired[float | None]  # deprecated: generated_s, written for old readers
     ok: bool
     wait_s: NotRequired[float]  # turn() called -> sent: the greeting / last reply being said
     error: NotRequired[str]
+
+
+class VoiceTurn(Base):
+    """A spoken turn (the user talked into the uplink): from the end of their speech."""
+
+    voice_to_voice_s: float | None  # -> the first audible avatar frame
+    text_s: float | None
+    generated_s: float | None
+    played_s: float | None
 
 
 class Recovery(Base):
@@ -234,8 +259,13 @@ class FleetStats:
                 figures = self._by_turn.setdefault(index, {n: [] for n in TURN_FIGURES})
                 self._by_turn_count.setdefault(index, Counter())[outcome] += 1
             for name in TURN_FIGURES:
-                if self._sample(t, name, m.get(f"{name}_s")) and figures is not None:
+                value = m.get(f"{name}_s")
+                if value is None and name in LEGACY_FIELDS:
+                    value = m.get(LEGACY_FIELDS[name])
+                if self._sample(t, name, value) and figures is not None:
                     figures[name].append(self._samples[-1][2])
+        elif kind == "voice_turn":
+            self._sample(t, "voice_to_voice", m.get("voice_to_voice_s"))
         elif kind == "recovery":
             seconds = m.get("seconds")
             if isinstance(seconds, int | float):

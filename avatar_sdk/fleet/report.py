@@ -27,7 +27,9 @@ _LABELS = {
     "greeting": "greeting",
     "text": "reply: first text",
     "audio": "reply: first audio",
-    "ended": "reply: turn ended",
+    "generated": "reply: generated",
+    "played": "reply: played",
+    "voice_to_voice": "voice to voice",
     "wait": "turn: wait before sending",
 }
 #: A series with fewer points than this is drawn as points, not a line: a line through
@@ -39,8 +41,8 @@ _SERIES = (
     ("text", "p90", "#1f77b4", True),
     ("audio", "p50", "#2ca02c", False),
     ("audio", "p90", "#2ca02c", True),
-    ("ended", "p50", "#ff7f0e", False),
-    ("ended", "p90", "#ff7f0e", True),
+    ("generated", "p50", "#ff7f0e", False),
+    ("generated", "p90", "#ff7f0e", True),
 )
 
 
@@ -60,7 +62,7 @@ def progress_line(snapshot: Mapping[str, Any], planned: int | None = None) -> st
         f"finished {snapshot['finished']}  failed {snapshot['failed']}  "
         f"turns {snapshot['turns']['ok']} ok/{snapshot['turns']['failed']} failed  "
         f"reply p50 {ms(lat['text']['p50'])} p90 {ms(lat['text']['p90'])}  "
-        f"ended p50 {ms(lat['ended']['p50'])} p90 {ms(lat['ended']['p90'])}"
+        f"generated p50 {ms(lat['generated']['p50'])} p90 {ms(lat['generated']['p90'])}"
     )
 
 
@@ -76,7 +78,7 @@ def summary_rows(snapshot: Mapping[str, Any]) -> list[list[str]]:
     """``[figure, count, p50, p90, max]`` rows: sessions, turns, latencies, recoveries by
     tier, errors by code, completion outcomes and custom metrics. A turn figure has its
     all-turns row, then (when the scenario takes more than one turn) a row per turn index,
-    ``"reply: turn ended, turn 0"``: the first turn of a conversation is not the second."""
+    ``"reply: generated, turn 0"``: the first turn of a conversation is not the second."""
     rows = [
         ["sessions ok / failed", f"{snapshot['ok']} / {snapshot['failed']}", "", "", ""],
         [

@@ -217,6 +217,20 @@ class _SessionRun:
         session.on("ended", ended)
         session.on("session_renewed", renewed)
 
+        def turn_latency(event: Event) -> None:
+            data = event.data
+            if data.get("source") != "voice":
+                return  # a typed turn is measured by ScenarioContext.turn (its Reply)
+            self.measure(
+                "voice_turn",
+                voice_to_voice_s=data.get("voice_to_voice"),
+                text_s=data.get("text_latency"),
+                generated_s=data.get("generated_latency"),
+                played_s=data.get("played_latency"),
+            )
+
+        session.on("turn_latency", turn_latency)
+
     async def run(self) -> None:
         """Wait for the ramp slot, run the session; never raises but ``CancelledError``
         (after reporting the session ``stopped``)."""

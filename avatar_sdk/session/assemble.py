@@ -48,6 +48,7 @@ from .replies import Replies
 from .spec import SessionSpec
 from .supervisor import Supervisor
 from .turn_desk import TurnDesk
+from .user_speech import UserSpeech
 from .user_state import UserState
 from .user_turns import UserTurns
 from .watches import Watches
@@ -115,10 +116,15 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
     slot = LinkSlot(supervisor)
     view = ConversationView(thread_id=spec.thread_id)
     stats = SessionStats()
-    uplink_track = UplinkTrack(spec.audio, on_error=SourceErrors(bus).failed)
     outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
     if spec.video:
         outputs["video"] = FanoutTrack("video")
+    # Each turn's reply and its figures; the user's speech on the uplink makes spoken turns.
+    replies = Replies(clock=clock, on=bus.on, audio=outputs["audio"] if media else None, emit=emit)
+    speech = UserSpeech(clock=clock, replies=replies)
+    uplink_track = UplinkTrack(
+        spec.audio, on_error=SourceErrors(bus).failed, on_level=speech.frame if media else None
+    )
     cassette = _cassette(spec)
     # The one fan-out every part and channel reports to (telemetry adds itself to it).
     info = describe(spec.url, media=media, video=spec.video)
@@ -176,7 +182,6 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
         stats=stats,
         observers=observers,
     )
-    replies = Replies(clock=clock, on=bus.on, audio=outputs["audio"] if media else None)
     endings = endings_late.bind(
         Endings(
             config=cfg,

@@ -30,6 +30,7 @@ from ..transport.rtc.stv import FanoutTrack
 from ..wire import Out, build_barge_in_marker, build_empty
 from .assemble import assemble
 from .core.health import Health
+from .core.latency import PlayoutClock
 from .core.machine import Trigger
 from .core.reply_match import Reply
 from .core.stats import StatsSnapshot
@@ -180,6 +181,21 @@ class AvatarSession(EventSource):
     def avatar_video(self) -> FanoutTrack | None:
         """The avatar's video (an aiortc track; None until subscribed or with video=False)."""
         return self._parts.outputs.get("video") if self._machine.data.subscribed else None
+
+    @property
+    def playout_clock(self) -> PlayoutClock | None:
+        """What plays the avatar's voice beyond the frames read from :attr:`avatar_audio`
+        (a speaker sink with its own buffer), or None: the application reading the frames
+        is the playout. Its ``playout_delay()`` is added to ``Reply.played_latency``."""
+        return self._replies.playout_clock
+
+    @playout_clock.setter
+    def playout_clock(self, clock: PlayoutClock | None) -> None:
+        if clock is not None and not isinstance(clock, PlayoutClock):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, "playout_clock needs a playout_delay() method"
+            )
+        self._replies.playout_clock = clock
 
     @property
     def media(self) -> MediaLanes | None:
@@ -334,7 +350,9 @@ class AvatarSession(EventSource):
         self._call("speak", text=text)
         return self._parts.turns.speak(text, checked)
 
-    async def ask(self, text: str, *, timeout: float = 30.0) -> Reply:
+    async def ask(
+        self, text: str, *, timeout: float = 30.0, wait_for_playout: bool = False
+    ) -> Reply:
         """Speak ``text`` and return the avatar's :class:`Reply` to that turn.
 
         It first waits out the greeting and any reply still generating or being said (so
@@ -347,6 +365,9 @@ class AvatarSession(EventSource):
 
         :param timeout: seconds for the whole call, waiting included (session clock):
             ``TimeoutError`` when it passes (the turn, if sent, stays sent).
+        :param wait_for_playout: return only once the avatar finished saying the reply and,
+            with media, its voice finished playing here, so that ``Reply.played_latency``
+            is known (``docs/latency.md``); the next ``ask()`` need not wait for it then.
         :raises AvatarError: ``invalid_argument`` (an empty text, a bad timeout),
             ``invalid_state`` (a session that takes no turns), or, when the session ends or
             fails under it, that end's code (``closed``, ``server_ended``, ``gave_up``...).
@@ -364,7 +385,10 @@ class AvatarSession(EventSource):
             waited = clock.monotonic() - started
             handle = self.speak(text)
             handle.waited = waited
-            return await handle.reply(timeout=max(0.0, deadline - clock.monotonic()))
+            left = max(0.0, deadline - clock.monotonic())
+            if wait_for_playout:
+                return await handle.wait_for_playout(timeout=left)
+            return await handle.reply(timeout=left)
 
     async def wait_until_quiet(self, *, timeout: float | None = None) -> None:
         """Return once the avatar is quiet: no agent turn in progress and nothing it is

@@ -20,6 +20,7 @@ from ..clock import Clock, Timer, sleep_or
 from ..errors import AvatarError, ErrorCode
 from ..guards.brain import SPIRAL_RECOVERY_PREFIX
 from ..logs import sdk_logger
+from .core.latency import PlayoutClock, PlayoutEnd
 from .core.reply_match import (
     AUDIO_GRACE,
     PLAYOUT_CAP,
@@ -66,14 +67,31 @@ class SpeechHandle:
     written to the socket, raising ``AvatarError`` as ``speak()`` always did; it returns
     the handle. ``await handle.reply(timeout=...)`` is the avatar's :class:`Reply` to this
     turn once its agent turn ended; ``await handle.wait_for_playout(timeout=...)`` once
-    the avatar finished saying it. Cancelling any of these awaits leaves the turn alone.
+    the avatar finished saying it and, with media, its voice finished playing here
+    (``played_latency``). Cancelling any of these awaits leaves the turn alone.
     """
 
-    def __init__(self, text: str, number: int, clock: Clock, match: ReplyMatch) -> None:
+    def __init__(
+        self,
+        text: str,
+        number: int,
+        clock: Clock,
+        match: ReplyMatch,
+        *,
+        source: str = "speak",
+        on_final: Callable[[SpeechHandle], None] | None = None,
+        playout_delay: Callable[[], float] | None = None,
+    ) -> None:
         self._text = text
         self.id = number
         self._clock = clock
         self._match = match
+        #: ``speak`` (a typed turn) or ``voice`` (the user spoke into the uplink).
+        self.source = source
+        self._on_final = on_final
+        self._playout_delay = playout_delay
+        self._playout: PlayoutEnd | None = None
+        self._reported = False
         loop = asyncio.get_running_loop()
         self._sent: asyncio.Future[None] = loop.create_future()
         self._sent.add_done_callback(_retrieve)
@@ -115,12 +133,17 @@ class SpeechHandle:
         return self._match.interrupted_by is not None
 
     def done(self) -> bool:
-        """True once the avatar finished saying the reply, or the turn failed."""
+        """True once the avatar finished saying the reply (with media: and its voice
+        finished playing here), or the turn failed."""
         return (
             self._error is not None
-            or self._match.played
+            or self._finished()
             or (self._sent.done() and self._sent.exception() is not None)
         )
+
+    def _finished(self) -> bool:
+        """Said, and with media its playout over (heard to its end, or given up on)."""
+        return self._match.said and (self._playout is None or self._playout.done)
 
     # -- waiting ----------------------------------------------------------------------------
     def __await__(self) -> Generator[Any, None, SpeechHandle]:
@@ -141,7 +164,7 @@ class SpeechHandle:
         ``TimeoutError`` when it passes. ``AvatarError`` when the session ends or fails
         first (its code: ``closed``, ``server_ended``, or the failure's)."""
         deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
-        await self._until(lambda: self._match.ended or self._match.played, deadline)
+        await self._until(lambda: self._match.ended or self._match.said, deadline)
         if self._audio_wanted and self._match.spoke and self._match.audio_at is None:
             # Its voice lags the control channel (more so on a loaded machine): it is heard
             # while the avatar says the reply, or soon after; AUDIO_GRACE past the end of
@@ -150,7 +173,7 @@ class SpeechHandle:
             with contextlib.suppress(TimeoutError):  # complete; its voice was not heard
                 cap = clock.monotonic() + PLAYOUT_CAP
                 await self._until(
-                    lambda: match.audio_at is not None or match.played,
+                    lambda: match.audio_at is not None or match.said,
                     cap if deadline is None else min(cap, deadline),
                 )
                 grace = clock.monotonic() + AUDIO_GRACE
@@ -162,9 +185,12 @@ class SpeechHandle:
 
     async def wait_for_playout(self, *, timeout: float | None = 60.0) -> Reply:
         """The reply once the avatar finished saying it (``agent_talking`` false, or its
-        turn ended with nothing to say): ``interrupted`` is then final."""
+        turn ended with nothing to say) and, with media, once its voice finished playing
+        here (its last audible frame handed to the application, followed by quiet; at most
+        :data:`~avatar_sdk.session.core.reply_match.AUDIO_GRACE` after the saying ended):
+        ``interrupted`` and ``played_latency`` are then final."""
         deadline = None if timeout is None else self._clock.monotonic() + _seconds(timeout)
-        await self._until(lambda: self._match.played, deadline)
+        await self._until(self._finished, deadline)
         return self._match.snapshot(waited=self.waited)
 
     async def _until(self, ready: Callable[[], bool], deadline: float | None) -> None:
@@ -197,36 +223,77 @@ class SpeechHandle:
 
     def _feed(self, event: Event) -> None:
         match = self._match
-        was_ended, was_played = match.ended, match.played
+        was_ended, was_said = match.ended, match.said
         match.feed(event.name, event.data, event.at)
         if match.ended and not was_ended:
             if not match.spoke:
                 match.settle(event.at)  # nothing to say: nothing to play
             elif match.talking_at is None:
                 self._settle = self._clock.call_later(TALK_START_GRACE, self._no_talking)
-        if match.played and not was_played:
-            # Its voice may still be on its way (the media path lags the control channel):
-            # the onset stays armed AUDIO_GRACE longer.
-            self._linger = self._clock.call_later(AUDIO_GRACE, self._disarm)
+        if match.said and not was_said:
+            self._on_said(event.at)
         self._changed.set()
+        self._check_final()
+
+    def _on_said(self, at: float) -> None:
+        if self._playout is None:
+            return
+        self._playout.said(at)
+        if not self._match.spoke:
+            self._disarm()  # nothing to say: nothing to hear, played once said
+            return
+        # Its voice may still be on its way (the media path lags the control channel):
+        # the onset and the playout stay armed AUDIO_GRACE longer.
+        self._linger = self._clock.call_later(AUDIO_GRACE, self._disarm)
 
     def _no_talking(self) -> None:
-        if self._match.talking_at is None and not self._match.played:
+        if self._match.talking_at is None and not self._match.said:
             self._match.settle(self._clock.monotonic())
+            if self._playout is not None:
+                self._playout.said(self._clock.monotonic())
             self._disarm()
             self._changed.set()
+            self._check_final()
+
+    def _close_playout(self) -> None:
+        playout = self._playout
+        if playout is None or self._match.played:
+            return
+        playout.give_up()
+        at = playout.at
+        if at is not None and self._playout_delay is not None:
+            at += max(0.0, self._playout_delay())
+        self._match.playout(at)
+        self._changed.set()
+
+    def _check_final(self) -> None:
+        """Once its figures are final (with media: said, and played or given up on; with
+        none: generated, there is no playout), tell the session (``turn_latency``), once."""
+        if self._reported or self._error is not None or self._on_final is None:
+            return
+        if self._match.sent_at is None or self._listening():
+            return
+        match = self._match
+        if self._playout is None:  # no playout: final once generated (or cut short)
+            if not (match.ended or match.said):
+                return
+        elif not self._finished():
+            return
+        self._reported = True
+        self._on_final(self)
 
     def _restart(self) -> None:
         """The turn was resent after a recovery: the resent turn's reply is the reply."""
         self._match.restart()
         self._match.sent(self._match.question or self._text, self._clock.monotonic())
         if self._audio_wanted:
-            self._onset = Onset(AUDIBLE_RMS)
+            self._arm_audio()
         self._changed.set()
 
     def _arm_audio(self) -> None:
         self._audio_wanted = True
         self._onset = Onset(AUDIBLE_RMS)
+        self._playout = PlayoutEnd(AUDIBLE_RMS, QUIET_FRAMES)
 
     def _disarm(self) -> None:
         self._onset = None
@@ -236,9 +303,16 @@ class SpeechHandle:
         if self._settle is not None:
             self._settle.cancel()
             self._settle = None
+        if self._playout is not None and self._match.said:
+            self._close_playout()
+        self._check_final()
 
     def _listening(self) -> bool:
-        return self._onset is not None and self._match.sent_at is not None
+        """Still reading the avatar's voice for this reply: its onset, or its playout."""
+        if self._match.sent_at is None:
+            return False
+        playing = self._playout is not None and not self._match.played
+        return self._onset is not None or (playing and self._error is None)
 
     def _level(self, level: float, at: float) -> None:
         onset = self._onset
@@ -246,9 +320,17 @@ class SpeechHandle:
             self._match.audio(at)
             self._onset = None
             self._changed.set()
+        playout = self._playout
+        heard = playout is not None and self._match.audio_at is not None and not playout.done
+        if heard and playout is not None and playout.feed(level, at):
+            self._close_playout()
+            if self._linger is not None:
+                self._linger.cancel()
+                self._linger = None
+            self._check_final()
 
     def _fail(self, error: AvatarError) -> None:
-        if self._error is None and not self._match.played:
+        if self._error is None and not self._match.said:
             self._error = error
         self._resolve_sent(error)
         self._disarm()
@@ -278,8 +360,14 @@ class Replies:
         clock: Clock,
         on: Callable[[str, Callable[[Event], None]], object],
         audio: Any = None,
+        emit: Callable[[str, dict[str, Any]], object] | None = None,
     ) -> None:
         self._clock = clock
+        self._emit = emit
+        #: What plays the avatar's voice beyond the application reading its frames (a
+        #: speaker sink): its delay is added to ``played_latency``. None: the frames
+        #: handed to the application are the playout.
+        self.playout_clock: PlayoutClock | None = None
         self.floor = Floor()
         self._floor_changed = asyncio.Event()
         self._seen: dict[str, None] = {}
@@ -302,16 +390,83 @@ class Replies:
     def register(self, text: str, *, media: bool) -> SpeechHandle:
         """A handle for a turn about to be spoken (before it is sent: nothing missed)."""
         match = ReplyMatch(stale=frozenset(self._seen))
-        handle = SpeechHandle(text, next(self._numbers), self._clock, match)
+        handle = self._handle(text, match, "speak")
         if media and self._audio is not None:
             handle._arm_audio()
+        self._add(handle)
+        return handle
+
+    def _handle(self, text: str, match: ReplyMatch, source: str) -> SpeechHandle:
+        return SpeechHandle(
+            text,
+            next(self._numbers),
+            self._clock,
+            match,
+            source=source,
+            on_final=self._final,
+            playout_delay=self._playout_delay,
+        )
+
+    def _add(self, handle: SpeechHandle) -> None:
         self._live.append(handle)
         if len(self._live) > MAX_LIVE_HANDLES:
             oldest = self._live.pop(0)
             oldest._fail(
                 AvatarError(ErrorCode.INVALID_STATE, "too many turns in flight to follow its reply")
             )
-        return handle
+
+    def _playout_delay(self) -> float:
+        clock = self.playout_clock
+        return 0.0 if clock is None else float(clock.playout_delay())
+
+    # -- spoken turns -----------------------------------------------------------------------
+    def user_speech_started(self) -> None:
+        """The user (re)started speaking into the uplink: an end of speech found before,
+        whose answer has not begun, was a pause, not the end of their turn."""
+        for handle in [h for h in self._live if h.source == "voice" and not h._match.adopted]:
+            self._live.remove(handle)
+            handle._disarm()
+
+    def user_speech_ended(self, at: float, duration: float) -> None:
+        """The user's speech into the uplink ended at ``at`` (session clock; found
+        ``now - at`` later, past the detector's hangover): a spoken turn whose figures
+        count from there (``voice_to_voice``). ``user_speech_ended`` is emitted."""
+        if self._ended is not None:
+            return
+        if self._emit is not None:
+            lag = max(0.0, self._clock.monotonic() - at)
+            self._emit("user_speech_ended", {"duration": duration, "detected_after": lag})
+        if self._audio is None:
+            return
+        match = ReplyMatch(stale=frozenset(self._seen), any_reply=True)
+        handle = self._handle("", match, "voice")
+        handle._arm_audio()
+        match.sent("", at)
+        handle._resolve_sent(None)
+        self._add(handle)
+
+    def _final(self, handle: SpeechHandle) -> None:
+        """A turn's figures are final: the ``turn_latency`` event carries them, under the
+        names of :mod:`~avatar_sdk.session.core.latency` (a unit test holds them equal)."""
+        if handle in self._live and handle.done() and not handle._listening():
+            self._live.remove(handle)
+        if self._emit is None:
+            return
+        reply = handle._match.snapshot(waited=handle.waited)
+        voice = handle.source == "voice"
+        self._emit(
+            "turn_latency",
+            {
+                "source": handle.source,
+                "speech_id": reply.speech_id,
+                "text_latency": reply.text_latency,
+                "audio_latency": reply.audio_latency,
+                "generated_latency": reply.generated_latency,
+                "played_latency": reply.played_latency,
+                "voice_to_voice": reply.audio_latency if voice else None,
+                "interrupted": reply.interrupted,
+            },
+        )
 
     def note_user(self, cause: str) -> None:
         """A user turn or barge-in: a reply in flight that is cut next was cut by it."""
@@ -329,7 +484,11 @@ class Replies:
 
     def awaiting(self) -> int:
         """Turns sent whose reply has not ended yet (a renewal waits for none)."""
-        return sum(1 for h in self._live if h.is_sent and not h._match.ended and h._error is None)
+        return sum(
+            1
+            for h in self._live
+            if h.source == "speak" and h.is_sent and not h._match.ended and h._error is None
+        )
 
     def cut(self) -> list[str]:
         """A renewal's swap cut the agent turn in progress (its old server session is
@@ -340,7 +499,7 @@ class Replies:
         return [
             h._match.question or h.text
             for h in self._live
-            if h.is_sent and not h._match.ended and h._error is None
+            if h.source == "speak" and h.is_sent and not h._match.ended and h._error is None
         ]
 
     # -- the floor --------------------------------------------------------------------------
@@ -393,7 +552,7 @@ class Replies:
         speech_id = event.data.get("speech_id")
         for handle in list(self._live):
             handle._feed(event)
-            if handle.done() and handle._onset is None:  # not still listening for its voice
+            if handle.done() and not handle._listening() and handle in self._live:
                 self._live.remove(handle)
         if isinstance(speech_id, str) and speech_id not in self._seen:
             self._seen[speech_id] = None
@@ -435,3 +594,5 @@ class Replies:
                 self._quiet.set()
         for handle in listening:
             handle._level(level, at)
+            if handle.done() and not handle._listening() and handle in self._live:
+                self._live.remove(handle)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..session.core import latency as figures
+
 #: The semantic-conventions version these names follow, and its schema URL.
 SEMCONV_VERSION: Final = "1.44.0"
 SCHEMA_URL: Final = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
@@ -59,8 +61,21 @@ SESSION_TURNS: Final = "avatar.session.turns"
 CONNECT_STEP: Final = "avatar.connect.step"  # the last connect step reached
 CONNECT_KIND: Final = "avatar.connect.kind"  # initial | cold_reconnect
 TURN_SOURCE: Final = "avatar.turn.source"  # speak | voice
-TURN_TIME_TO_FIRST_TEXT: Final = "avatar.turn.time_to_first_text"
-TURN_TIME_TO_FIRST_AUDIO: Final = "avatar.turn.time_to_first_audio"
+#: A turn's figures, named as everywhere else (:mod:`avatar_sdk.session.core.latency`):
+#: ``avatar.turn.<figure>``, the same name for the span attribute and the histogram.
+TURN_TEXT_LATENCY: Final = f"avatar.turn.{figures.TEXT}"
+TURN_AUDIO_LATENCY: Final = f"avatar.turn.{figures.AUDIO}"
+TURN_GENERATED_LATENCY: Final = f"avatar.turn.{figures.GENERATED}"
+TURN_PLAYED_LATENCY: Final = f"avatar.turn.{figures.PLAYED}"
+TURN_VOICE_TO_VOICE: Final = f"avatar.turn.{figures.VOICE_TO_VOICE}"
+#: Figure (the ``turn_latency`` event's field) -> its span attribute and histogram.
+TURN_FIGURES: Final[dict[str, str]] = {
+    figures.TEXT: TURN_TEXT_LATENCY,
+    figures.AUDIO: TURN_AUDIO_LATENCY,
+    figures.GENERATED: TURN_GENERATED_LATENCY,
+    figures.PLAYED: TURN_PLAYED_LATENCY,
+    figures.VOICE_TO_VOICE: TURN_VOICE_TO_VOICE,
+}
 TURN_INTERRUPTED: Final = "avatar.turn.interrupted"
 TURN_INTERRUPT_REASON: Final = "avatar.turn.interrupt_reason"
 TURN_RESENT: Final = "avatar.turn.resent"
@@ -86,7 +101,6 @@ FLEET_STATUS: Final = "avatar.fleet.status"
 
 # -- span events -------------------------------------------------------------------------------
 EVENT_FIRST_TEXT: Final = "avatar.first_text"
-EVENT_FIRST_AUDIO: Final = "avatar.first_audio"
 EVENT_RESENT: Final = "avatar.turn_resent"
 EVENT_PROTOCOL_ERROR: Final = "avatar.protocol_error"
 EVENT_ERROR: Final = "avatar.error"
@@ -100,9 +114,6 @@ INTERRUPT_SESSION_ENDED: Final = "session_ended"
 INTERRUPT_TOOL_SPIRAL: Final = "tool_spiral"
 
 # -- metrics (histograms in seconds, counters of occurrences) ----------------------------------
-METRIC_TURN_FIRST_TEXT: Final = "avatar.turn.time_to_first_text"
-METRIC_TURN_FIRST_AUDIO: Final = "avatar.turn.time_to_first_audio"
-METRIC_TURN_DURATION: Final = "avatar.turn.duration"
 METRIC_CONNECT_DURATION: Final = "avatar.connect.duration"
 METRIC_RECOVERY_DURATION: Final = "avatar.recovery.duration"
 #: Reserved for session renewal (not emitted until the SDK renews sessions).
@@ -115,9 +126,11 @@ METRIC_ERRORS: Final = "avatar.errors"
 
 #: Histograms: name -> (unit, description).
 HISTOGRAMS: Final[dict[str, tuple[str, str]]] = {
-    METRIC_TURN_FIRST_TEXT: ("s", "From a user turn to the first spoken text of its answer"),
-    METRIC_TURN_FIRST_AUDIO: ("s", "From a user turn to the avatar starting to talk"),
-    METRIC_TURN_DURATION: ("s", "From a user turn to the end of its answer"),
+    TURN_TEXT_LATENCY: ("s", "Turn written (or the user's speech ended) to the first spoken text"),
+    TURN_AUDIO_LATENCY: ("s", "Turn written (or speech ended) to the first audible avatar frame"),
+    TURN_GENERATED_LATENCY: ("s", "Turn written (or speech ended) to the answer generated"),
+    TURN_PLAYED_LATENCY: ("s", "Turn written (or speech ended) to the answer's voice played"),
+    TURN_VOICE_TO_VOICE: ("s", "End of the user's speech to the first audible avatar frame"),
     METRIC_CONNECT_DURATION: ("s", "connect() to a usable session"),
     METRIC_RECOVERY_DURATION: ("s", "From noticing a loss to usable again, per tier"),
 }

@@ -40,8 +40,8 @@ CONTENT_LIMIT = 4096
 _EVENTS = (
     "state_changed", "connected", "reconnecting", "reconnected", "media_recovering",
     "media_recovered", "gave_up", "ended", "error", "protocol_error", "agent_speech_started",
-    "agent_talking", "agent_turn_ended", "agent_interrupted", "user_started_talking",
-    "user_transcription",
+    "agent_turn_ended", "agent_interrupted", "user_started_talking", "user_speech_ended",
+    "user_transcription", "turn_latency",
     "tool_call", "tool_call_result", "tool_call_invalid", "turn_resent",
     "tool_spiral_recovering", "queued",
 )  # fmt: skip
@@ -146,7 +146,12 @@ class _Turn:
     sent: bool = False
     answered: bool = False
     first_text: float | None = None
-    first_audio: float | None = None
+    #: Its figures come with the session's ``turn_latency`` event (a typed turn, or a
+    #: spoken one whose end of speech the SDK found); ``generated``: its answer ended.
+    timed: bool = False
+    generated: bool = False
+    cut: str | None = None  # cut short while its figures were still to come
+    speech_id: str | None = None  # its answer's (which turn_latency event is its own)
     texts: list[str] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)
 
@@ -294,8 +299,8 @@ class _SessionTelemetry(Observer):
             recovery = self._end_recovery(key, "ended")
             if recovery is not None:
                 recovery.end()
-        if self._turn is not None:
-            self._end_turn(n.INTERRUPT_SESSION_ENDED)
+        if self._turn is not None:  # an answer generated in full was not cut by the end
+            self._end_turn(None if self._turn.generated else n.INTERRUPT_SESSION_ENDED)
         for tool in self._tools:
             tool.span.end()
         self._tools.clear()
@@ -430,7 +435,7 @@ class _SessionTelemetry(Observer):
                 turn.span.set_attribute(n.TURN_RESENT, True)
             elif turn is None:
                 turn = self._begin_turn("speak", str(data["text"]))
-            turn.sent = True
+            turn.sent = turn.timed = True
             self._watch_text(self._capture or turn.first_text is None)
         elif point is Point.TOOL_DISPATCHED:
             self._dispatched[(str(data["name"]), data.get("call_id"))] = bool(data["waits"])
@@ -445,8 +450,9 @@ class _SessionTelemetry(Observer):
             self._text_unsubscribe = None
 
     def _begin_turn(self, source: str, text: str) -> _Turn:
-        if self._turn is not None:
-            self._end_turn(n.INTERRUPT_NEW_TURN)
+        if self._turn is not None:  # its figures did not come: answered, or cut short
+            previous = self._turn
+            self._end_turn(previous.cut or (None if previous.generated else n.INTERRUPT_NEW_TURN))
         attributes: dict[str, Any] = {
             n.GEN_AI_OPERATION_NAME: n.OP_INVOKE_AGENT,
             n.TURN_SOURCE: source,
@@ -469,7 +475,7 @@ class _SessionTelemetry(Observer):
             return
         self._watch_text(False)
         self._last_turn = turn
-        span, elapsed = turn.span, self._clock() - turn.started
+        span = turn.span
         span.set_attribute(n.TURN_INTERRUPTED, interrupted is not None)
         if interrupted is not None:
             span.set_attribute(n.TURN_INTERRUPT_REASON, interrupted)
@@ -479,9 +485,6 @@ class _SessionTelemetry(Observer):
                 span.set_attribute(
                     n.GEN_AI_OUTPUT_MESSAGES, _messages("assistant", ["".join(turn.answer)])
                 )
-        attrs = {n.GEN_AI_OPERATION_NAME: n.OP_INVOKE_AGENT, n.TURN_SOURCE: turn.source}
-        if interrupted is None:
-            self._record(n.METRIC_TURN_DURATION, elapsed, attrs)
         for tool in [t for t in self._tools if not t.waits]:
             tool.span.end()
             self._tools.remove(tool)
@@ -492,6 +495,14 @@ class _SessionTelemetry(Observer):
         # A voice turn starts when the user does: the hand-off (user_transcription) comes as
         # the answer is already generating, too late to time anything from.
         self._begin_turn("voice", "")
+
+    def _on_user_speech_ended(self, event: Event) -> None:
+        # The SDK found the end of the user's speech on its uplink: the turn's figures
+        # (voice_to_voice among them) come with its turn_latency event.
+        turn = self._turn
+        if turn is None or turn.source != "voice" or turn.answered:
+            turn = self._begin_turn("voice", "")
+        turn.timed = True
 
     def _on_user_transcription(self, event: Event) -> None:
         if not event.data.get("final"):
@@ -508,6 +519,8 @@ class _SessionTelemetry(Observer):
         if turn is not None and turn.sent and event.data.get("is_new_turn"):
             turn.answered = True
             speech = event.data.get("speech_id")
+            if turn.speech_id is None and isinstance(speech, str):
+                turn.speech_id = speech
             if speech and self._capture:
                 turn.span.set_attribute(n.TURN_SPEECH_ID, str(speech))
 
@@ -518,33 +531,50 @@ class _SessionTelemetry(Observer):
         turn.answered = True
         if self._capture:
             turn.answer.append(str(event.data.get("content") or ""))
-        if turn.first_text is None:
-            turn.first_text = elapsed = self._clock() - turn.started
-            turn.span.set_attribute(n.TURN_TIME_TO_FIRST_TEXT, elapsed)
+        if turn.first_text is None:  # the moment, on the span; its figure: turn_latency
+            turn.first_text = self._clock() - turn.started
             turn.span.add_event(n.EVENT_FIRST_TEXT)
-            self._record(n.METRIC_TURN_FIRST_TEXT, elapsed, {n.TURN_SOURCE: turn.source})
             if not self._capture:
                 self._watch_text(False)  # the rest of the answer's stream: not observed
-
-    def _on_agent_talking(self, event: Event) -> None:
-        turn = self._turn
-        if turn is None or not turn.sent or not event.data.get("talking"):
-            return
-        if turn.first_audio is None:
-            turn.first_audio = elapsed = self._clock() - turn.started
-            turn.span.set_attribute(n.TURN_TIME_TO_FIRST_AUDIO, elapsed)
-            turn.span.add_event(n.EVENT_FIRST_AUDIO)
-            self._record(n.METRIC_TURN_FIRST_AUDIO, elapsed, {n.TURN_SOURCE: turn.source})
 
     def _on_agent_turn_ended(self, event: Event) -> None:
         turn = self._turn
         if turn is not None and turn.sent and turn.answered:
-            self._end_turn(None)
+            if turn.timed:
+                turn.generated = True  # its voice plays on: the span ends with its figures
+            else:
+                self._end_turn(None)
+
+    def _on_turn_latency(self, event: Event) -> None:
+        """A turn's figures, final: the same values as its ``Reply``, recorded under the
+        same names (``avatar.turn.<figure>``) on the span and the histograms."""
+        data = event.data
+        source = str(data.get("source"))
+        attrs = {n.TURN_SOURCE: source}
+        turn = self._turn
+        ours = (
+            turn is not None
+            and turn.timed
+            and turn.source == source
+            and turn.speech_id == data.get("speech_id")
+        )
+        for figure, name in n.TURN_FIGURES.items():
+            value = data.get(figure)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self._record(name, float(value), attrs)
+                if ours and turn is not None:
+                    turn.span.set_attribute(name, float(value))
+        if ours and turn is not None:
+            cut = turn.cut or (n.INTERRUPT_BARGE_IN if data.get("interrupted") else None)
+            self._end_turn(cut)
 
     def _on_agent_interrupted(self, event: Event) -> None:
         turn = self._turn
         if turn is not None and turn.sent and turn.answered:
-            self._end_turn(n.INTERRUPT_BARGE_IN)
+            if turn.timed:  # its figures so far still come (turn_latency)
+                turn.cut, turn.generated = n.INTERRUPT_BARGE_IN, True
+            else:
+                self._end_turn(n.INTERRUPT_BARGE_IN)
 
     def _on_tool_spiral_recovering(self, event: Event) -> None:
         if self._turn is not None:

@@ -31,7 +31,7 @@ def test_fleet_against_staging_writes_summary_jsonl_and_chart(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     assert "fleet summary" in result.output
     assert re.search(r"^sessions ok / failed +3 / 0$", result.output, re.MULTILINE)
-    assert re.search(r"^reply: turn ended, turn 1 +3 ", result.output, re.MULTILINE)
+    assert re.search(r"^reply: generated, turn 1 +3 ", result.output, re.MULTILINE)
     assert "started 3/3" in result.output  # the final progress line
     kinds = [json.loads(line)["kind"] for line in jsonl.read_text().splitlines()]
     assert kinds.count("turn") == 6 and kinds.count("session_finished") == 3

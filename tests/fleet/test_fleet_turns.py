@@ -53,12 +53,12 @@ async def test_text_turns_exclude_the_greeting_wait_and_report_per_turn_index(
     for index, items in (("0", first), ("1", second)):
         row = by_turn[index]
         assert (row["ok"], row["failed"]) == (3, 0)
-        assert row["ended"]["count"] == 3 and row["wait"]["count"] == 3
-        assert row["ended"]["max"] == max(t["ended_s"] for t in items)
+        assert row["generated"]["count"] == 3 and row["wait"]["count"] == 3
+        assert row["generated"]["max"] == max(t["ended_s"] for t in items)
     assert by_turn["0"]["wait"]["p50"] >= 0.5 * greeting_talk
-    assert report.stats["latency"]["ended"]["count"] == 6  # the all-turns figure stays
+    assert report.stats["latency"]["generated"]["count"] == 6  # the all-turns figure stays
 
     labels = [row[0] for row in summary_rows(report.stats)]
-    for label in ("reply: turn ended", "reply: turn ended, turn 0", "reply: turn ended, turn 1",
+    for label in ("reply: generated", "reply: generated, turn 0", "reply: generated, turn 1",
                   "turn: wait before sending, turn 0"):  # fmt: skip
         assert label in labels, labels

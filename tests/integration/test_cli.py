@@ -121,6 +121,12 @@ async def test_talk_reads_turns_from_stdin_and_prints_json(staging: StagingServe
     spoken = [r["data"]["content"] for r in records if r["event"] == "agent_text"]
     assert "".join(spoken).count("You said:") == 2
     assert names[-1] == "ended" and staging.token not in result.output
+    # each turn's figures, named as on Reply, the spans and the fleet report (issue 30)
+    timed = [r["data"] for r in records if r["event"] == "turn_latency"]
+    assert [t["source"] for t in timed] == ["speak", "speak"]
+    for figures in timed:
+        assert 0 < figures["text_latency"] <= figures["generated_latency"]
+        assert figures["audio_latency"] is None and figures["played_latency"] is None  # no media
 
 
 async def test_talk_2_usage_errors(staging: StagingServer, tmp_path: Path) -> None:

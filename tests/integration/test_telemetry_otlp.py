@@ -70,7 +70,7 @@ async def test_spans_and_metrics_arrive_over_otlp_http(
     turn = spans[n.SPAN_TURN]
     assert turn.parent_span_id == root.span_id and turn.trace_id == root.trace_id
     assert attributes(turn)[n.GEN_AI_OPERATION_NAME] == "invoke_agent"
-    assert attributes(turn)[n.TURN_TIME_TO_FIRST_TEXT] > 0
+    assert attributes(turn)[n.TURN_TEXT_LATENCY] > 0
     assert attributes(spans[n.SPAN_CONNECT])[n.CONNECT_STEP] == "connected"
     scopes = {
         scope.scope.name: scope.schema_url
@@ -79,4 +79,4 @@ async def test_spans_and_metrics_arrive_over_otlp_http(
         for scope in resource.scope_spans
     }
     assert scopes == {n.SCOPE: n.SCHEMA_URL}
-    assert {n.METRIC_CONNECT_DURATION, n.METRIC_TURN_DURATION} <= receiver.metric_names()
+    assert {n.METRIC_CONNECT_DURATION, n.TURN_TEXT_LATENCY} <= receiver.metric_names()

@@ -133,7 +133,7 @@ def test_fleet_stats_counts_latencies_and_timeline() -> None:
     assert snap["active"] == 1
     assert snap["turns"] == {"ok": 1, "failed": 1}
     assert snap["latency"]["connect"]["p50"] == pytest.approx(0.2)
-    assert snap["latency"]["text"]["count"] == 2 and snap["latency"]["ended"]["count"] == 1
+    assert snap["latency"]["text"]["count"] == 2 and snap["latency"]["generated"]["count"] == 1
     assert snap["latency"]["audio"]["count"] == 0 and snap["latency"]["audio"]["p50"] is None
     assert snap["recoveries"] == {"socket": {"count": 1, "p50": 0.25, "p90": 0.25, "max": 0.25}}
     assert snap["errors"] == {"transport_closed": 1}
@@ -145,7 +145,7 @@ def test_fleet_stats_counts_latencies_and_timeline() -> None:
     assert [r["t"] for r in rows] == [1.0, 2.0, 3.0, 4.0]
     assert [r["active"] for r in rows] == [2, 2, 2, 2]  # the peak within each second
     assert rows[0]["connect_p50"] == pytest.approx(0.2) and rows[0]["text_p50"] is None
-    assert rows[1]["text_p50"] == pytest.approx(0.3) and rows[1]["ended_p90"] == 0.5
+    assert rows[1]["text_p50"] == pytest.approx(0.3) and rows[1]["generated_p90"] == 0.5
     assert rows[2]["text_p50"] is None
     assert FleetStats().timeline() == []
 
@@ -260,7 +260,7 @@ def test_html_page_is_self_contained_with_the_chart() -> None:
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert page.count("<svg") == 1
-    for series in ("text_p50", "text_p90", "audio_p50", "ended_p90"):
+    for series in ("text_p50", "text_p90", "audio_p50", "generated_p90"):
         assert f'data-series="{series}"' in page
     assert 'class="active"' in page  # the active-sessions area
     assert "all sessions ok" in page and "tok-secret-123" not in page
@@ -391,19 +391,19 @@ def test_turn_figures_per_turn_index_with_the_wait_apart() -> None:
     assert (by_turn["0"]["ok"], by_turn["0"]["failed"]) == (3, 0)
     assert (by_turn["1"]["ok"], by_turn["1"]["failed"]) == (2, 1)
     assert by_turn["0"]["wait"]["p50"] == pytest.approx(0.31)
-    assert by_turn["0"]["ended"]["p50"] == pytest.approx(0.008)
-    assert by_turn["1"]["ended"]["max"] == pytest.approx(0.007)
+    assert by_turn["0"]["generated"]["p50"] == pytest.approx(0.008)
+    assert by_turn["1"]["generated"]["max"] == pytest.approx(0.007)
     assert by_turn["0"]["audio"]["count"] == 0
     # The all-turns figures: the wait is never on a turn's clock.
-    assert snap["latency"]["ended"]["count"] == 6 and snap["latency"]["ended"]["max"] < 0.01
+    assert snap["latency"]["generated"]["count"] == 6 and snap["latency"]["generated"]["max"] < 0.01
     assert snap["latency"]["wait"]["count"] == 6
     rows = {row[0]: row for row in summary_rows(snap)}
-    assert rows["reply: turn ended, turn 0"][1:3] == ["3", "8 ms"]
-    assert rows["reply: turn ended, turn 1"][1:3] == ["3", "7 ms"]
+    assert rows["reply: generated, turn 0"][1:3] == ["3", "8 ms"]
+    assert rows["reply: generated, turn 1"][1:3] == ["3", "7 ms"]
     assert rows["turn: wait before sending, turn 0"][2] == "310 ms"
     assert "reply: first audio, turn 0" not in rows  # no audio samples: no row
     labels = list(rows)
-    assert labels.index("reply: turn ended") < labels.index("reply: turn ended, turn 0")
+    assert labels.index("reply: generated") < labels.index("reply: generated, turn 0")
 
 
 def test_one_turn_index_has_no_per_turn_rows_and_odd_indexes_are_ignored() -> None:
@@ -412,18 +412,18 @@ def test_one_turn_index_has_no_per_turn_rows_and_odd_indexes_are_ignored() -> No
     stats.feed(m(0.2, "turn", 0, turn="x", text_s=0.1, audio_s=None, ended_s=0.2, ok=True))
     snap = stats.snapshot()
     assert list(snap["by_turn"]) == ["0"] and snap["by_turn"]["0"]["wait"]["count"] == 0
-    assert snap["latency"]["ended"]["count"] == 2
+    assert snap["latency"]["generated"]["count"] == 2
     assert not [row for row in summary_rows(snap) if ", turn " in row[0]]
 
 
 def test_chart_draws_points_for_a_few_buckets_and_lines_for_many() -> None:
     few = svg_chart(two_turn_run().timeline())
     assert "<polyline" not in few  # one bucket: a line would invent a slope
-    assert 'class="series points" data-series="ended_p50"' in few and "<circle" in few
+    assert 'class="series points" data-series="generated_p50"' in few and "<circle" in few
     stats = FleetStats()
     for i in range(12):
         stats.feed(m(float(i), "turn", 0, turn=0, text_s=0.1, audio_s=None, ended_s=0.2,
                      ok=True))  # fmt: skip
     many = svg_chart(stats.timeline())
-    assert 'class="series" data-series="ended_p50"' in many and "<polyline" in many
-    assert stats.timeline()[0]["ended_n"] == 1
+    assert 'class="series" data-series="generated_p50"' in many and "<polyline" in many
+    assert stats.timeline()[0]["generated_n"] == 1

@@ -77,9 +77,10 @@ def test_the_reply_is_the_turn_that_carries_its_speech_id_not_the_greeting() -> 
     assert reply.speech_id == HELLO and reply.turn_ids == ("t2",)
     assert reply.sent_at == 1.0 and reply.waited == 0.5
     assert reply.text_latency == pytest.approx(1.3)
-    assert reply.end_latency == pytest.approx(1.7)
-    assert reply.played_latency == pytest.approx(1.8)
-    assert reply.ended and reply.played and not reply.interrupted and not reply.resent
+    assert reply.generated_latency == pytest.approx(1.7)
+    assert match.said_at == pytest.approx(2.8)  # the server's end of saying it: not a figure
+    assert reply.played_latency is None  # no playout here (the session's frames decide it)
+    assert reply.ended and match.said and not reply.interrupted and not reply.resent
 
 
 def test_a_late_answer_to_an_earlier_turn_with_the_same_words_is_not_the_reply() -> None:
@@ -111,7 +112,7 @@ def test_an_interruption_is_reported_with_its_cause() -> None:
     match.feed("agent_talking", {"talking": False}, 1.1)
     reply = match.snapshot()
     assert reply.interrupted and reply.interrupted_by == "speak"
-    assert reply.played and not reply.ended
+    assert match.said and not reply.ended
     quiet = ReplyMatch()
     quiet.sent("Hello?", at=0.0)
     feed(quiet, turn(HELLO, "t1", ["You said"], at=0.1)[:5])
@@ -213,13 +214,15 @@ async def test_a_handles_reply_and_playout_resolve_on_its_own_events() -> None:
     events = turn(HELLO, "t1", ["You said"], at=0)
     bus.play(events[:-1])
     reply = await asyncio.wait_for(waiting, 1)
-    assert reply.text == "You said" and reply.end_latency == pytest.approx(0.5)
+    assert reply.text == "You said" and reply.generated_latency == pytest.approx(0.5)
     assert handle.turn_id == "t1" and not handle.done()
     playing = asyncio.ensure_future(handle.wait_for_playout(timeout=5))
     await clock.advance(0.2)
     bus.play(events[-1:])
     played = await asyncio.wait_for(playing, 1)
-    assert played.played_latency == pytest.approx(0.7) and handle.done()
+    # media=False: said to its end (0.7 s), and no playout to time
+    assert played.played_latency is None and handle.done()
+    assert handle._match.said_at == pytest.approx(clock.monotonic())
 
 
 async def test_a_handle_times_out_on_the_session_clock_and_fails_with_the_end() -> None:

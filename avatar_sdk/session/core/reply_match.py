@@ -25,6 +25,7 @@ being said, so ``ask()`` sends only once it is over.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -57,7 +58,9 @@ class Reply:
     """The avatar's reply to one user turn (``await session.ask(text)``,
     ``await handle.reply()``). Latencies are seconds on the session's clock from the moment
     the turn was written to the socket (``sent_at``), so they exclude any wait before it
-    (the greeting, a reply still playing: ``waited``); None where not seen."""
+    (the greeting, a reply still playing: ``waited``); None where not seen. Each is defined
+    once, in :mod:`avatar_sdk.session.core.latency`, and carries the same name on the
+    ``turn_latency`` event, the spans and metrics and the fleet report."""
 
     #: What the avatar said: its spoken segments, joined (tool calls and thinking left out).
     text: str
@@ -72,12 +75,15 @@ class Reply:
     #: call waited before that (``ask()``: for the greeting or a reply still playing).
     sent_at: float
     waited: float
-    #: Sent → first spoken text; → first audible avatar frame (media sessions); → the
-    #: reply's ``agent_turn_ended``; → the avatar finished saying it (``agent_talking``
-    #: false, or its turn ended with nothing to say).
+    #: Sent → first spoken text; → first audible avatar frame handed to the application
+    #: (media sessions); → the avatar finished generating it (its ``agent_turn_ended``);
+    #: → its voice finished playing: the last audible frame of it handed to the application
+    #: (media sessions; plus a playout clock's delay when one is set). ``played_latency`` is
+    #: known once the reply was played: ``ask(..., wait_for_playout=True)`` or
+    #: ``handle.wait_for_playout()``.
     text_latency: float | None
     audio_latency: float | None
-    end_latency: float | None
+    generated_latency: float | None
     played_latency: float | None
     #: The reply was cut short before the avatar finished saying it, and by what if known:
     #: ``"speak"`` (another user turn), ``"interrupt"`` (``interrupt()``), ``"user_voice"``
@@ -91,13 +97,24 @@ class Reply:
 
     @property
     def ended(self) -> bool:
-        """The reply's agent turn ended (``agent_turn_ended``)."""
-        return self.end_latency is not None
+        """The avatar finished generating the reply (its ``agent_turn_ended``)."""
+        return self.generated_latency is not None
 
     @property
     def played(self) -> bool:
-        """The avatar finished saying it (or it had nothing to say)."""
+        """Its voice finished playing here (``played_latency`` is known)."""
         return self.played_latency is not None
+
+    @property
+    def end_latency(self) -> float | None:
+        """Deprecated: ``generated_latency`` (the reply finished generating, not heard)."""
+        warnings.warn(
+            "Reply.end_latency is deprecated: it is Reply.generated_latency (the avatar "
+            "finished generating the reply; played_latency is when it was heard)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.generated_latency
 
 
 def _str(value: Any) -> str | None:
@@ -133,6 +150,8 @@ class ReplyMatch:
 
     #: Speech ids seen before the turn was registered: never this turn's reply.
     stale: Collection[str] = ()
+    #: A spoken turn (its words unknown here): the first new agent turn after it answers.
+    any_reply: bool = False
     question: str | None = None
     sent_at: float | None = None
     speech_id: str | None = None
@@ -142,6 +161,9 @@ class ReplyMatch:
     audio_at: float | None = None
     ended_at: float | None = None
     talking_at: float | None = None
+    #: The server's end of saying it (``agent_talking`` false, cut short, superseded, or
+    #: nothing to say); ``played_at``: its voice finished playing here (set by the session).
+    said_at: float | None = None
     played_at: float | None = None
     interrupted_by: str | None = None
     resent: bool = False
@@ -168,14 +190,14 @@ class ReplyMatch:
             self.stale = {*self.stale, self.speech_id}
         self.speech_id, self.turn_ids, self.words = None, [], []
         self.text_at = self.audio_at = self.ended_at = None
-        self.talking_at = self.played_at = None
+        self.talking_at = self.said_at = self.played_at = None
         self.interrupted_by, self._spoke = None, False
         self.resent = self.resent or resent
 
     def note_user(self, cause: str) -> None:
         """The user acted after the send (``"speak"``, ``"interrupt"``, ``"user_voice"``):
         an interruption that follows is theirs."""
-        if self.sent_at is not None and self.played_at is None:
+        if self.sent_at is not None and self.said_at is None:
             self.cause = cause
 
     # -- matching ---------------------------------------------------------------------------
@@ -184,6 +206,8 @@ class ReplyMatch:
         says nothing (absent, or of no known form)."""
         if self.question is None or (speech_id is not None and speech_id in self.stale):
             return False
+        if self.any_reply:
+            return None
         verdict = speech_id_answers(speech_id, self.question)
         if verdict is False and any(speech_id_answers(speech_id, t) for t in self._also):
             return True
@@ -227,16 +251,16 @@ class ReplyMatch:
                 if turn_id is not None and turn_id not in self.turn_ids:
                     self.turn_ids.append(turn_id)
         elif name == "agent_talking":
-            if self.adopted and self._current == self.speech_id and self.played_at is None:
+            if self.adopted and self._current == self.speech_id and self.said_at is None:
                 if data.get("talking") is True:
                     self.talking_at = self.talking_at if self.talking_at is not None else at
                 elif self.talking_at is not None or self.ended_at is not None:
-                    self.played_at = at
+                    self.said_at = at
         elif (
             name == "agent_interrupted"
             and self.adopted
             and self._current == self.speech_id
-            and self.played_at is None
+            and self.said_at is None
         ):
             self.interrupted_by = self.cause or "server"
 
@@ -248,12 +272,12 @@ class ReplyMatch:
                 self._adopt(self.speech_id, turn_id)  # a continuation of our turn
             return
         if self.adopted and speech_id != self.speech_id:
-            if self.played_at is None:  # another agent turn took over before ours was said
+            if self.said_at is None:  # another agent turn took over before ours was said
                 if self.interrupted_by is None and (
                     self.ended_at is None or self.talking_at is not None
                 ):
                     self.interrupted_by = self.cause or "superseded"
-                self.played_at = at
+                self.said_at = at
             self._current = speech_id
             return
         self._current = speech_id
@@ -269,10 +293,16 @@ class ReplyMatch:
             self.audio_at = at
 
     def settle(self, at: float) -> None:
-        """The reply ended with nothing (more) to say: it counts as played from ``at``
+        """The reply ended with nothing (more) to say: it counts as said from ``at``
         (its turn ended with no spoken text, or the avatar never reported talking)."""
-        if self.played_at is None and self.ended_at is not None:
-            self.played_at = at
+        if self.said_at is None and self.ended_at is not None:
+            self.said_at = at
+
+    def playout(self, at: float | None) -> None:
+        """Its voice finished playing here at ``at`` (None: it was never heard; a reply with
+        nothing to say is played when it was said)."""
+        if self.played_at is None:
+            self.played_at = at if at is not None or self._spoke else self.said_at
 
     # -- what it adds up to -----------------------------------------------------------------
     @property
@@ -283,6 +313,11 @@ class ReplyMatch:
     def spoke(self) -> bool:
         """The reply carried spoken text."""
         return self._spoke
+
+    @property
+    def said(self) -> bool:
+        """The server said the avatar finished saying it (or it had nothing to say)."""
+        return self.said_at is not None
 
     @property
     def played(self) -> bool:
@@ -304,7 +339,7 @@ class ReplyMatch:
             waited=max(0.0, waited),
             text_latency=since(self.text_at),
             audio_latency=since(self.audio_at),
-            end_latency=since(self.ended_at),
+            generated_latency=since(self.ended_at),
             played_latency=since(self.played_at),
             interrupted=self.interrupted_by is not None,
             interrupted_by=self.interrupted_by,

@@ -36,6 +36,7 @@ from ...errors import AvatarError, ErrorCode
 from ...logs import sdk_logger
 from ...media.devices import classify_device_error
 from ...media.grid import grid_anchor
+from ...media.levels import frame_rms
 from ...media.opus import (
     FRAME_SAMPLES,
     OPUS_SILENCE,
@@ -101,17 +102,31 @@ def _is_digital_silence(frame: av.AudioFrame) -> bool:
     return memoryview(frame.planes[0])[:size].tobytes() == _zeros(size)
 
 
+#: Told of each PCM frame the uplink sends: its RMS level (0.0 when muted or silence) and
+#: its duration in seconds; must be cheap and never raise (the session's end-of-speech
+#: detection, :mod:`avatar_sdk.session.core.speech_end`).
+LevelSink = Callable[[float, float], None]
+
+
 class UplinkTrack(MediaStreamTrack):
-    """What the ASR peer sends: the current source, silenced when muted or absent."""
+    """What the ASR peer sends: the current source, silenced when muted or absent.
+
+    ``on_level`` hears the level of every PCM frame sent (what the server will hear); an
+    Opus packet passed through undecoded is not measured (an encoded uplink has no
+    end-of-speech detection)."""
 
     kind = "audio"
 
     def __init__(
-        self, source: MediaStreamTrack | None, on_error: SourceErrorSink | None = None
+        self,
+        source: MediaStreamTrack | None,
+        on_error: SourceErrorSink | None = None,
+        on_level: LevelSink | None = None,
     ) -> None:
         super().__init__()
         self._source = source
         self._on_error = on_error
+        self._on_level = on_level
         self.muted = False
         self._pts = 0
         self._started: float | None = None
@@ -159,13 +174,25 @@ class UplinkTrack(MediaStreamTrack):
                     self._on_error(classify_source_error(exc), exc)
         if frame is None:
             frame = await self._paced_silence()
+            self._level(0.0, frame)
         elif self.muted:
             frame = _silence(frame.samples, frame.sample_rate or SAMPLE_RATE)
+            self._level(0.0, frame)
+        elif self._on_level is not None:
+            try:
+                level = frame_rms(frame)
+            except Exception:  # an odd frame: no level from it, the frame still goes
+                level = 0.0
+            self._level(level, frame)
         frame.pts = self._pts
         frame.time_base = fractions.Fraction(1, frame.sample_rate or SAMPLE_RATE)
         self._pts += frame.samples
         self.frames_sent += 1
         return frame
+
+    def _level(self, level: float, frame: av.AudioFrame) -> None:
+        if self._on_level is not None:
+            self._on_level(level, frame.samples / (frame.sample_rate or SAMPLE_RATE))
 
     async def _paced_silence(self) -> av.AudioFrame:
         # Real-time audio: silence is paced on the system clock whatever clock the session
