@@ -15,7 +15,7 @@ resource or go missing. Every entry is a (kind, client) pair; the kinds:
 * ``asr_peers``: ASR uplink peers still open;
 * ``sessions``: live server sessions (a conversation not ended) whose socket is
   connected;
-* ``genie_calls``: genie HTTP requests being answered;
+* ``genie_calls``: genie HTTP requests being answered to a client still waiting;
 * ``held_for_recovery``: server sessions whose socket dropped, kept for connection-state
   recovery until the window expires. Reported, but not a client's leak: a client that
   closes while its socket is down cannot release them (:data:`RELEASED_ON_CLOSE`).
@@ -24,10 +24,11 @@ resource or go missing. Every entry is a (kind, client) pair; the kinds:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Protocol
 
 from .state import LiveConversation, ResourceHolder
+
 
 class PendingRecovery(Protocol):
     """The Socket.IO server's view of a dropped socket kept for recovery."""
@@ -72,24 +73,26 @@ class ResourceLedger:
 
 
 class CallsInFlight:
-    """HTTP calls of one kind being answered now (a :class:`~.state.ResourceHolder`)."""
+    """HTTP calls of one kind being answered now to a client still waiting for the answer
+    (a call whose client hung up holds nothing of it; a :class:`~.state.ResourceHolder`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._open: dict[int, str] = {}
+        self._open: dict[int, tuple[str, Callable[[], bool]]] = {}
         self._next = 0
 
-    def begin(self, client: str) -> int:
-        """A call of ``client`` started: its ticket for :meth:`end`."""
+    def begin(self, client: str, waiting: Callable[[], bool]) -> int:
+        """A call of ``client`` started (``waiting``: whether it still waits for the
+        answer): its ticket for :meth:`end`."""
         self._next += 1
-        self._open[self._next] = client
+        self._open[self._next] = (client, waiting)
         return self._next
 
     def end(self, ticket: int) -> None:
         self._open.pop(ticket, None)
 
     def held_resources(self) -> list[tuple[str, str]]:
-        return [(self.kind, client) for client in self._open.values()]
+        return [(self.kind, client) for client, waiting in self._open.values() if waiting()]
 
 
 class SessionHolds:

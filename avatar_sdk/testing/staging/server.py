@@ -619,7 +619,12 @@ class StagingServer:
     async def _genie_body(self, request: web.Request) -> web.Response | dict[str, Any]:
         """The JSON object a genie POST carries, or the error response to answer instead
         (the call is in the resource ledger while it is answered)."""
-        ticket = self._genie_calls.begin(request.remote or "?")
+
+        def waiting() -> bool:
+            transport = request.transport
+            return transport is not None and not transport.is_closing()
+
+        ticket = self._genie_calls.begin(request.remote or "?", waiting)
         try:
             return await self._genie_call(request)
         finally:
