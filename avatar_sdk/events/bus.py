@@ -253,6 +253,11 @@ class EventBus:
         for waiter in list(self.waiters):
             waiter.fail(_closed_error(waiter.name), quiet=True)
 
+    def in_callback(self) -> bool:
+        """Whether the running task is one of this bus's async callbacks (which
+        :meth:`aclose` waits for: such a task must not wait for the close in turn)."""
+        return asyncio.current_task() in self._tasks
+
     async def aclose(self, timeout: float = 0.5) -> None:
         """Close the bus (see :meth:`close_streams`), give running async callbacks
         ``timeout`` seconds, then cancel them."""

@@ -72,6 +72,9 @@ class Endings:
     #: Set once the session is terminal and its ``ended`` event is out: what a ``close()``
     #: that comes while an end is already under way waits for.
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set once the end is over: ``ended`` delivered, the bus drained, the journal and
+    #: ``after_end`` closed. What a ``close()`` after (or during) any end returns on.
+    done: asyncio.Event = field(default_factory=asyncio.Event)
     #: Closed last, after ``ended`` and the journal (a cassette, an exporter's flush).
     after_end: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
@@ -148,12 +151,15 @@ class Endings:
         )
 
     async def wait_finished(self) -> None:
-        """Until an end already under way has finished (bounded: its teardown and the
-        completion signal are each bounded by ``close_timeout``)."""
+        """Until an end already under way (a close, a failure, a server end) is over: its
+        ``ended`` event delivered and everything it owned released (bounded: its teardown
+        and the completion signal are each bounded by ``close_timeout``). Called from one
+        of the bus's own callbacks (which the end waits for), only until ``ended`` is out."""
         limit = 2 * self.config.close_timeout + 1.0
+        over = self.finished if self.bus.in_callback() else self.done
         try:
             async with asyncio.timeout(limit):
-                await self.finished.wait()
+                await over.wait()
         except TimeoutError:
             log.warning("close(): the end under way did not finish within %.1f s", limit)
 
@@ -169,6 +175,7 @@ class Endings:
                 await close()
             except Exception as exc:
                 log.warning("closing %r failed (%s)", close, type(exc).__name__)
+        self.done.set()
 
     async def _signal_completion(self, reason: str) -> None:
         """``session_completed``: at most one POST per session, within ``close_timeout``

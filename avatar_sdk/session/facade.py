@@ -473,8 +473,12 @@ class AvatarSession(EventSource):
 
     # -- endings --------------------------------------------------------------------------
     async def close(self) -> None:
-        """End the session gracefully; returns within ``config.close_timeout`` (+ a little)."""
-        if self._machine.terminal:
+        """End the session gracefully; returns within ``config.close_timeout`` (+ a little),
+        once teardown is over: after a failure or a server end under way too, the ``ended``
+        event is delivered and nothing the session owned (task, socket, HTTP session) is
+        left when this returns."""
+        if self._machine.terminal:  # an end happened, or is finishing: until it is over
+            await self._parts.endings.wait_finished()
             return
         self._call("close")
         if await self._parts.connecting.close_requested():

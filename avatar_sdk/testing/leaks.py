@@ -38,7 +38,9 @@ import socket
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from .staging.ledger import RELEASED_ON_CLOSE
 
 Side = Literal["client", "server", "either"]
 
@@ -293,3 +295,28 @@ class LeakCheck:
             if not found or loop.time() >= deadline:
                 return found
             await asyncio.sleep(0.02)
+
+
+# -- the server side ---------------------------------------------------------------------------
+class ResourceLedgerView(Protocol):
+    """A backend that accounts for what it holds for clients (``StagingServer``)."""
+
+    def live_resources(self) -> dict[str, int]: ...
+
+
+def server_leftovers(server: ResourceLedgerView) -> dict[str, int]:
+    """What ``server`` still holds for clients that a close should have released."""
+    counts = server.live_resources()
+    return {kind: counts[kind] for kind in RELEASED_ON_CLOSE if counts.get(kind)}
+
+
+async def settle_server(server: ResourceLedgerView, grace: float) -> dict[str, int]:
+    """The server-side leftovers still there after at most ``grace`` seconds (a backend
+    releases a departed client's resources a few loop turns after its disconnect)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while True:
+        held = server_leftovers(server)
+        if not held or loop.time() >= deadline:
+            return held
+        await asyncio.sleep(0.02)

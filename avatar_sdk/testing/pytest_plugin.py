@@ -17,6 +17,11 @@
   (or never connected, or failed). One still open fails the test, named by its sticky id
   and repr (never the token), and is closed by the plugin, so the next test starts clean.
   A test that failed already is not failed twice: its sessions are closed all the same.
+  Then the backend's resource ledger (``StagingServer.live_resources()``) must show nothing
+  held for clients (WHEP resources, ASR peers, server sessions, genie calls): a close that
+  left a resource open at the server fails the test. A test that leaves one on purpose (a
+  fault that keeps its client's DELETE from arriving) says so with
+  ``@pytest.mark.staging_leftovers("why")``.
 * ``replayed_backend``: ``backend = await replayed_backend(cassette)``, a started
   :class:`~avatar_sdk.testing.replay.ReplayServer` scripted by a cassette (a path or a
   loaded one); ``result = await backend.replay()`` runs the SDK against it (``result.same``,
@@ -41,7 +46,7 @@ import pytest
 
 from ..besteffort import best_effort
 from ..logs import sdk_logger
-from .leaks import LeakCheck
+from .leaks import LeakCheck, settle_server
 
 if TYPE_CHECKING:
     from ..session.facade import AvatarSession
@@ -91,6 +96,11 @@ LEFT_OPEN = (
     "{count} AvatarSession left open by the test, never closed: {names} (closed by the plugin)"
 )
 
+HELD_AT_SERVER = (
+    "the staging backend still holds resources for closed clients: {held} (per client: "
+    "{clients}); mark the test @pytest.mark.staging_leftovers(reason) if that is intended"
+)
+
 #: Host names under which a test may address a staging backend bound on loopback.
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -107,6 +117,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "avatar_session(**kwargs): AvatarSession keyword arguments for the avatar_session "
         "fixture (media, config, thread_id, audio, ...)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "staging_leftovers(reason): the test leaves resources at the staging backend on "
+        "purpose; its resource ledger is not checked when the backend stops",
     )
 
 
@@ -190,16 +205,51 @@ async def close_left_open(servers: Iterable[StagingServer]) -> str | None:
     return LEFT_OPEN.format(count=len(left), names=names)
 
 
+def _in_use(server: StagingServer) -> bool:
+    """Whether a session of the plugin's own fixtures, still open, talks to ``server`` (it
+    is closed and checked later by its fixture: the server's ledger cannot be judged yet)."""
+    from ..lifecycle.registry import LIVE_SESSIONS  # noqa: PLC0415 - lazy: the plugin stays cheap
+
+    return any(
+        session in _OWNED and session.state not in CLOSED_STATES and _serves(server, entry.backend)
+        for session, entry in LIVE_SESSIONS.sessions()
+    )
+
+
+async def held_at_server(servers: Iterable[StagingServer]) -> str | None:
+    """The failure message naming what ``servers`` still hold for clients once every
+    session is closed (None: nothing), after a short grace for the last disconnects. A
+    server a fixture's session still uses is not judged."""
+    found: list[str] = []
+    for server in servers:
+        if _in_use(server):
+            continue
+        held = await settle_server(server, LEAK_GRACE)
+        if held:
+            clients = {
+                client: kinds
+                for client, kinds in server.resources_by_client().items()
+                if any(kind in held for kind in kinds)
+            }
+            found.append(HELD_AT_SERVER.format(held=held, clients=clients))
+    return "; ".join(found) or None
+
+
 async def _stop_checked(request: pytest.FixtureRequest, servers: list[StagingServer]) -> None:
-    """After the test: close what it left open on ``servers``, stop them, then fail the
-    test for what it left open (unless it failed on its own already)."""
+    """After the test: close what it left open on ``servers``, check their resource
+    ledgers, stop them, then fail the test for what it left open (unless it failed on its
+    own already)."""
+    held = None
     try:
         left = await close_left_open(servers)
+        if request.node.get_closest_marker("staging_leftovers") is None:
+            held = await held_at_server(servers)
     finally:
         for server in reversed(servers):
             await server.stop()
-    if left is not None and not request.node.stash.get(_CALL_FAILED, False):
-        pytest.fail(left, pytrace=False)
+    failures = [message for message in (left, held) if message is not None]
+    if failures and not request.node.stash.get(_CALL_FAILED, False):
+        pytest.fail("; ".join(failures), pytrace=False)
 
 
 class _Sessions:

@@ -163,6 +163,9 @@ async def test_wait_for_on_an_ended_session_fails_at_once(
 PROBING = FAST.with_(socket_probe_interval=0.5, socket_probe_timeout=0.3, turn_confirm_timeout=0.5)
 
 
+@pytest.mark.staging_leftovers(
+    "a silenced socket: the server never hears the client go, by design of the fault"
+)
 @pytest.mark.parametrize(("server_timeout", "tier"), [(0.2, "socket"), (None, "cold")])
 async def test_a_turn_spoken_into_a_silently_dead_socket_is_resent_once(
     staging: StagingServer,

@@ -372,3 +372,46 @@ def test_without_pytest_asyncio_installed_one_line_says_how(tmp_path: Path) -> N
     assert "need pytest-asyncio, which is not installed: pip install 'avatar-sdk[testing]'" in (
         out.stdout
     )
+
+
+def test_a_skipped_whep_delete_fails_the_server_side_check(pytester: pytest.Pytester) -> None:
+    """A leak at the server: the session closes cleanly on its side but never DELETEs its
+    WHEP resource, so the backend still holds a viewer for it. The plugin reads the
+    backend's resource ledger when it stops; a test that means it is let through."""
+    pytester.makeini(AUTO_INI)
+    result = run(
+        pytester,
+        """
+        import pytest
+        from avatar_sdk.transport.rtc.stv import StvDownlink
+
+        def skip_delete(monkeypatch):
+            original = StvDownlink.close
+
+            async def close_without_delete(self, timeout=1.0):
+                self.location = None  # forget the resource: no DELETE is sent
+                await original(self, timeout)
+
+            monkeypatch.setattr(StvDownlink, "close", close_without_delete)
+
+        @pytest.mark.avatar_session(media=True)
+        async def test_delete_skipped(monkeypatch, avatar_session):
+            skip_delete(monkeypatch)
+
+        @pytest.mark.staging_leftovers("the DELETE is skipped on purpose")
+        @pytest.mark.avatar_session(media=True)
+        async def test_delete_skipped_on_purpose(monkeypatch, avatar_session):
+            skip_delete(monkeypatch)
+
+        @pytest.mark.avatar_session(media=True)
+        async def test_deleted(avatar_session, staging):
+            assert staging.live_resources()["whep"] == 1
+        """,
+    )
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_delete_skipped _*",
+            "the staging backend still holds resources for closed clients: {'whep': 1}*",
+        ]
+    )

@@ -36,6 +36,10 @@ from avatar_sdk.wire import build_join
 
 from .conftest import until
 
+pytestmark = pytest.mark.staging_leftovers(
+    "a raw protocol client, not the SDK: it never DELETEs its WHEP resources"
+)
+
 RATE = 48_000
 SAMPLES = 960
 

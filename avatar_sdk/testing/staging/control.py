@@ -10,7 +10,9 @@ Go client's) can drive the backend the way a Python test calls ``staging.faults.
   ``tool_calls``, ``tool_spiral``, ``voice_turn``, ``listen``, ``stop_listening``,
   ``clear``);
 * ``GET /_control/conversations`` lists what each client session did (turns taken,
-  dropped, spoken) and ``GET /_control/received`` what the clients emitted, in order.
+  dropped, spoken) and ``GET /_control/received`` what the clients emitted, in order;
+* ``GET /_control/resources``: what the backend still holds for clients (the resource
+  ledger, :mod:`.ledger`): ``{"counts": {...}, "by_client": {...}}``.
 
 Answers: ``200 {"ok": true, "result": <return value>}``; ``404`` for an unknown name;
 ``400 {"error": ...}`` for bad arguments. Bind it to loopback: it has no authentication.
@@ -61,6 +63,10 @@ class Controlled(Protocol):
 
     @property
     def received(self) -> Sequence[ReceivedEvent]: ...
+
+    def live_resources(self) -> dict[str, int]: ...
+
+    def resources_by_client(self) -> dict[str, dict[str, int]]: ...
 
 
 #: Public ``Faults`` callables that are helpers of the server, not faults.
@@ -141,10 +147,16 @@ def control_routes(staging: Controlled) -> Callable[[web.Application], None]:
             ]
         )
 
+    async def resources(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"counts": staging.live_resources(), "by_client": staging.resources_by_client()}
+        )
+
     def mount(app: web.Application) -> None:
         app.router.add_post(CONTROL_PREFIX + "/faults/{name}", fault)
         app.router.add_post(CONTROL_PREFIX + "/brain/{name}", brain)
         app.router.add_get(CONTROL_PREFIX + "/conversations", conversations)
         app.router.add_get(CONTROL_PREFIX + "/received", received)
+        app.router.add_get(CONTROL_PREFIX + "/resources", resources)
 
     return mount

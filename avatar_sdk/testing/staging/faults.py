@@ -388,6 +388,12 @@ class Faults:
         self.injected.append("whep_404")
         self._media.whep_404(times)
 
+    def whep_delay(self, seconds: float) -> None:
+        """Every WHEP POST is answered ``seconds`` late, its resource already created (0 =
+        no delay): a client closing meanwhile must still DELETE what its POST made."""
+        self.injected.append("whep_delay")
+        self._media.whep_answer_delay = max(0.0, float(seconds))
+
     def unplayable_whep(self, *, times: int = 1) -> None:
         """The next ``times`` WHEP viewers get tracks that never send a frame (the POST is
         answered and ICE connects): a downlink that never passes the playable gate."""

@@ -184,6 +184,9 @@ class StagingMedia:
         self.voice_settings: dict[str | None, VoiceFaultSettings] = {}
         self._whep_lock = asyncio.Lock()
         self._stopping = False
+        #: Seconds a WHEP POST's answer is held after its resource was created
+        #: (``faults.whep_delay``): a client may close while the POST is in flight.
+        self.whep_answer_delay = 0.0
 
     # -- wiring -------------------------------------------------------------------------------
     def handlers(self) -> dict[str, Handler]:
@@ -293,6 +296,12 @@ class StagingMedia:
         """Server peer connections not closed yet (ASR and WHEP): 0 means no leak."""
         asr = sum(1 for p in self.asr_peers.values() if p.is_open)
         return asr + sum(1 for v in self.viewers.values() if v.is_open)
+
+    def held_resources(self) -> list[tuple[str, str]]:
+        """WHEP resources not DELETEd and ASR peers still open, as (kind, client id): the
+        media side's entries of the resource ledger (:mod:`.ledger`)."""
+        held = [("whep", v.sid) for v in self.viewers.values() if not v.deleted]
+        return held + [("asr_peers", sid) for sid, p in self.asr_peers.items() if p.is_open]
 
     # -- faults -------------------------------------------------------------------------------
     def asr_stalled(self) -> bool:
@@ -451,6 +460,7 @@ class StagingMedia:
         self.stuck.clear()
         self.whep_404_remaining = 0
         self.unplayable_remaining = 0
+        self.whep_answer_delay = 0.0
 
     def finish_answer(self, channel: str, pc: Any) -> str:
         """The answer SDP to send, with ``stuck_ice(..., mode="no_candidates")`` applied."""
@@ -544,6 +554,8 @@ class StagingMedia:
                 log.info("WHEP offer for %s refused: %r", stream, exc)
                 return self._whep_reply(400, f"bad offer: {exc}")
             answer = self.finish_answer("stv", viewer.pc)
+        if self.whep_answer_delay > 0:  # the resource exists: a client gone now leaves it
+            await asyncio.sleep(self.whep_answer_delay)
         self.whep_statuses.append(201)
         return web.Response(
             status=201,

@@ -35,6 +35,7 @@ from .conversation import Conversation, ConversationContext, ReceivedEvent
 from .converse import ConverseEndpoint, mount_converse
 from .csr_server import RecoveringAsyncServer
 from .faults import Faults
+from .ledger import CallsInFlight, ResourceLedger, SessionHolds
 from .media import StagingMedia
 from .scripted import AGENTIC_PREFIX, DEFAULT_VISUAL_ID, ScriptedBackend
 from .state import ThreadIds
@@ -154,6 +155,11 @@ class StagingServer:
             listener=self,
         )
         self._thread_ids = ThreadIds()
+        self._genie_calls = CallsInFlight("genie_calls")
+        #: What the backend holds for its clients (:mod:`.ledger`): :meth:`live_resources`.
+        self.ledger = ResourceLedger(
+            [self.media, SessionHolds(self.conversations, self.sio), self._genie_calls]
+        )
         self._context = ConversationContext(
             brain=self.brain,
             sio=self.sio,
@@ -350,6 +356,17 @@ class StagingServer:
     def received_events(self, name: str, sid: str | None = None) -> list[ReceivedEvent]:
         """Client emits named ``name`` (optionally only from ``sid``), in arrival order."""
         return [r for r in self.received if r.event == name and (sid is None or r.sid == sid)]
+
+    def live_resources(self) -> dict[str, int]:
+        """What the backend still holds for clients, by kind (``whep``, ``asr_peers``,
+        ``sessions``, ``genie_calls``, ``held_for_recovery``; :mod:`.ledger`): all zero but
+        ``held_for_recovery`` once every client has closed. Per client:
+        :meth:`resources_by_client`."""
+        return self.ledger.counts()
+
+    def resources_by_client(self) -> dict[str, dict[str, int]]:
+        """:meth:`live_resources` per client id (a sid, a scripted session, a peer address)."""
+        return self.ledger.by_client()
 
     @property
     def live_sids(self) -> list[str]:
@@ -600,7 +617,20 @@ class StagingServer:
         return None
 
     async def _genie_body(self, request: web.Request) -> web.Response | dict[str, Any]:
-        """The JSON object a genie POST carries, or the error response to answer instead."""
+        """The JSON object a genie POST carries, or the error response to answer instead
+        (the call is in the resource ledger while it is answered)."""
+
+        def waiting() -> bool:
+            transport = request.transport
+            return transport is not None and not transport.is_closing()
+
+        ticket = self._genie_calls.begin(request.remote or "?", waiting)
+        try:
+            return await self._genie_call(request)
+        finally:
+            self._genie_calls.end(ticket)
+
+    async def _genie_call(self, request: web.Request) -> web.Response | dict[str, Any]:
         fault = await self._genie_fault(request)
         if fault is not None:
             return fault

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 
@@ -109,6 +110,14 @@ class LiveConversation(Protocol):
     def schedule_agent_restart(self, delay: float) -> None: ...
 
     async def voice_turn(self, text: str, *, onset: bool = True) -> bool: ...
+
+
+class ResourceHolder(Protocol):
+    """A part that holds server-side resources for clients (read by ``.ledger``)."""
+
+    def held_resources(self) -> Iterable[tuple[str, str]]:
+        """Every resource held now, as (kind, client id)."""
+        ...
 
 
 class ThreadIds:

@@ -226,6 +226,7 @@ class StvDownlink:
             )
         self.pc.on("track", self._on_track)
         self.location: str | None = None
+        self._posting: asyncio.Future[tuple[int, str, str | None]] | None = None
         self._deleted = False
         self._pumps: set[asyncio.Task[None]] = set()
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
@@ -293,17 +294,14 @@ class StvDownlink:
         offer = await self.pc.createOffer()
         await set_local_description(self.pc, offer)
         sdp = self.pc.localDescription.sdp
+        # The POST runs in a task of its own, shielded: a close() that cancels this
+        # subscribe lets it finish (within its timeout) and DELETEs what it created, since
+        # the server may create the resource whether or not its answer is read.
+        post = asyncio.ensure_future(self._post(url, sdp, timeout))
+        post.add_done_callback(_retrieved)  # its subscribe may be gone: nobody else reads it
+        self._posting = post
         try:
-            async with asyncio.timeout(timeout):
-                async with self._http.post(
-                    url,
-                    data=sdp.encode(),
-                    headers={"Content-Type": "application/sdp"},
-                    allow_redirects=False,
-                ) as resp:
-                    body = await resp.text()
-                    status = resp.status
-                    location = resp.headers.get("Location")
+            status, body, location = await asyncio.shield(post)
         except TimeoutError:
             self._exchange("POST", url, None, sent=sdp, outcome="timeout")
             raise AvatarError(
@@ -327,13 +325,28 @@ class StvDownlink:
         if not 200 <= status < 300:
             hint = _WHEP_HINTS.get(status, f"WHEP HTTP {status}")
             raise AvatarError(ErrorCode.MEDIA_FAILED, f"WHEP {status}: {hint}")
-        if location:
-            resolved = urljoin(url, location)
-            # A resource on a host we refuse to talk to is never DELETEd either.
-            await self._check_host(resolved)
-            self.location = resolved
         await apply_answer(self.pc, body, ErrorCode.MEDIA_FAILED, "WHEP answer")
         self.subscribed_at = self._clock.monotonic()
+
+    async def _post(self, url: str, sdp: str, timeout: float) -> tuple[int, str, str | None]:
+        """The WHEP POST: (status, body, Location); a created resource is remembered in
+        :attr:`location` here, so it is DELETEd even when nobody reads the answer."""
+        async with asyncio.timeout(timeout):
+            async with self._http.post(
+                url,
+                data=sdp.encode(),
+                headers={"Content-Type": "application/sdp"},
+                allow_redirects=False,
+            ) as resp:
+                body = await resp.text()
+                status = resp.status
+                location = resp.headers.get("Location")
+            if location and 200 <= resp.status < 300:
+                resolved = urljoin(url, location)
+                # A resource on a host we refuse to talk to is never DELETEd either.
+                await self._check_host(resolved)
+                self.location = resolved
+        return status, body, location
 
     def _exchange(
         self,
@@ -395,7 +408,17 @@ class StvDownlink:
         return True
 
     async def close(self, timeout: float = 1.0) -> None:
-        """DELETE the WHEP resource (exactly once), close the peer, stop the pumps."""
+        """DELETE the WHEP resource (exactly once), close the peer, stop the pumps. A POST
+        still in flight is let finish first (within half of ``timeout``, the DELETE gets
+        the rest): the resource it creates is DELETEd too."""
+        posting = self._posting
+        if posting is not None and not posting.done():
+            started = asyncio.get_running_loop().time()
+            done, _ = await asyncio.wait({posting}, timeout=timeout / 2)
+            if not done:
+                posting.cancel()
+                await asyncio.wait({posting})
+            timeout = max(timeout / 2, timeout - (asyncio.get_running_loop().time() - started))
         if self.location is not None and not self._deleted:
             self._deleted = True
             try:
@@ -413,6 +436,12 @@ class StvDownlink:
             task.cancel()
         if self._pumps:
             await asyncio.wait(set(self._pumps), timeout=timeout)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's exception as seen (its error is handled where awaited)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _request_error(exc: BaseException, what: str) -> AvatarError:

@@ -1,0 +1,100 @@
+"""Every close releases every server resource, read from the backend's resource ledger
+(``StagingServer.live_resources()``), at the awaits where a close can land mid-request.
+
+``faults.whep_delay`` answers WHEP POSTs late with their resource already created, so a
+close lands while a POST is in flight; each test sweeps loop-turn offsets from the moment
+the server has the POST, so the close lands at several points of the client's await."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
+from avatar_sdk.testing import StagingServer
+from avatar_sdk.testing.leaks import settle_server
+
+from .conftest import FAST, sdk_tasks, until
+
+MEDIA = FAST.with_(
+    overall_connect_timeout=10.0, asr_timeout=5.0, media_recovery_timeout=5.0, close_timeout=3.0
+)
+
+#: Loop turns between the server holding the POST and the close.
+OFFSETS = (0, 1, 3, 10, 40)
+
+#: How late the WHEP POSTs are answered (s): long enough for every offset to land inside.
+DELAY = 0.4
+
+
+def media_session(staging: StagingServer, **config: object) -> AvatarSession:
+    return AvatarSession(
+        staging.url,
+        staging.token,
+        allow_insecure_transport=True,
+        config=MEDIA.with_(**config),
+    )
+
+
+async def turns(count: int) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def post_in_flight(staging: StagingServer, posts_before: int) -> None:
+    """Until the server holds a new WHEP POST with its resource created (delayed answer)."""
+    assert await until(
+        lambda: staging.media.whep_posts > posts_before and staging.live_resources()["whep"], 5
+    )
+
+
+async def assert_released(staging: StagingServer) -> None:
+    assert await settle_server(staging, 2.0) == {}, staging.resources_by_client()
+    assert await until(lambda: sdk_tasks() == [], 2), sdk_tasks()
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+async def test_a_close_during_the_connects_whep_post_deletes_its_resource(
+    staging: StagingServer, offset: int
+) -> None:
+    staging.faults.whep_delay(DELAY)
+    session = media_session(staging)
+    connecting = asyncio.ensure_future(session.connect())
+    await post_in_flight(staging, 0)
+    await turns(offset)
+    await session.close()
+    with pytest.raises(AvatarError):
+        await connecting
+    assert session.state == "ended"
+    await assert_released(staging)
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+async def test_a_close_during_a_whep_resubscribe_deletes_its_resource(
+    staging: StagingServer, offset: int
+) -> None:
+    session = media_session(staging)
+    await session.connect()
+    posts = staging.media.whep_posts
+    staging.faults.whep_delay(DELAY)
+    await staging.faults.ice_failure("stv", mode="close")
+    await post_in_flight(staging, posts)
+    await turns(offset)
+    await session.close()
+    await assert_released(staging)
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+async def test_a_close_during_a_cold_attempts_whep_post_deletes_its_resource(
+    staging: StagingServer, offset: int
+) -> None:
+    session = media_session(staging, cold_reconnect=RetryPolicy(max_attempts=3, base=0.05))
+    await session.connect()
+    posts = staging.media.whep_posts
+    staging.faults.whep_delay(DELAY)
+    await staging.faults.drop_socket(recovery=False)
+    await post_in_flight(staging, posts)
+    await turns(offset)
+    await session.close()
+    await assert_released(staging)
