@@ -28,6 +28,7 @@ from ..lifecycle.completion import CompletionSignal, IdleTimer
 from ..logs import sdk_logger
 from ..observe import Observers
 from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.core.av_sync import PresentationTimeline
 from ..transport.rtc.core.voice_buffer import VoiceBufferCounts
 from ..transport.rtc.stv import FanoutTrack
 from ..wire import new_sticky_id
@@ -116,9 +117,11 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
     view = ConversationView(thread_id=spec.thread_id)
     stats = SessionStats()
     uplink_track = UplinkTrack(spec.audio, on_error=SourceErrors(bus).failed)
-    outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
+    # The avatar's voice and video on one presentation timeline, across subscriptions.
+    timeline = PresentationTimeline()
+    outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio", timeline=timeline)}
     if spec.video:
-        outputs["video"] = FanoutTrack("video")
+        outputs["video"] = FanoutTrack("video", timeline=timeline)
     cassette = _cassette(spec)
     # The one fan-out every part and channel reports to (telemetry adds itself to it).
     info = describe(spec.url, media=media, video=spec.video)
