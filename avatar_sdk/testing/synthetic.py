@@ -106,8 +106,8 @@ class MediaEpoch:
 class PacedTrack(MediaStreamTrack):
     """Wall-clock pacing shared by the synthetic tracks (``clock``: the real one, or a
     :class:`~avatar_sdk.clock.FakeClock` to pace a track's frames in a unit test).
-    ``epoch``: shared by a viewer's tracks, their media times count from one instant
-    (otherwise each counts from its own first frame)."""
+    ``epoch``: shared by a viewer's tracks, their media times count from one instant and
+    their frames keep to its grid (otherwise each counts from its own first frame)."""
 
     def __init__(
         self,
@@ -123,6 +123,7 @@ class PacedTrack(MediaStreamTrack):
         self._epoch = epoch
         self._start: float | None = None
         self._due = 0.0
+        self._next = 0  # the next slot on the epoch's grid
         self.frames_sent = 0
 
     async def _next_slot(self) -> float:
@@ -132,11 +133,10 @@ class PacedTrack(MediaStreamTrack):
         if self._gate is not None and self._gate.stalled:
             await self._gate.wait_open()
         now = self._clock.monotonic()
+        if self._epoch is not None:
+            return await self._next_grid_slot(now, self._epoch)
         if self._start is None:
-            self._start = now if self._epoch is None else self._epoch.begin(now)
-            # On the epoch's grid: a track that starts after another keeps in step with it.
-            slots = math.ceil(round((now - self._start) / self._period, 6))
-            self._due = self._start + slots * self._period
+            self._start = self._due = now
         if self._due > now:
             await self._clock.sleep(self._due - now)
             now = self._clock.monotonic()
@@ -145,6 +145,24 @@ class PacedTrack(MediaStreamTrack):
         # After a stall: no burst of late frames, the timeline jumps instead.
         self._due = max(self._due, now - self._period) + self._period
         return now - self._start
+
+    async def _next_grid_slot(self, now: float, epoch: MediaEpoch) -> float:
+        """With an epoch: frames on its grid (multiples of the period since the epoch), each
+        sent at or just after its instant and stamped with it, so the media time of every
+        frame is its instant, whatever the wake-up's lateness; after a stall, the slots
+        missed are skipped (no burst)."""
+        if self._start is None:
+            self._start = epoch.begin(now)
+            self._next = 0
+        passed = math.floor((now - self._start) / self._period + 1e-9)
+        slot = max(self._next, passed)
+        due = self._start + slot * self._period
+        if due > now:
+            await self._clock.sleep(due - now)
+            if self.readyState != "live":
+                raise MediaStreamError
+        self._next = slot + 1
+        return slot * self._period
 
 
 class PatternTrack(PacedTrack):
