@@ -25,6 +25,8 @@ measure takes it off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import statistics
 import tempfile
 import time
@@ -57,6 +59,8 @@ THRESHOLD = 2000
 AROUND = 1.0
 #: The issue's bound on the offset.
 BOUND = Target("<=", 40.0, "ms")
+#: The cases: a calm loopback, and each voice packet delayed by a random 0-60 ms.
+JITTER = (0.0, 0.06)
 
 #: (time on some clock, media time) pairs.
 Marks = list[tuple[float, float]]
@@ -192,13 +196,46 @@ def _file_marks(path: Path) -> tuple[list[float], Marks]:
     return onsets, video
 
 
-async def _measure(trials: int) -> dict[str, Any]:
+class _VoiceJitter:
+    """Delays each of a viewer's voice RTP packets by a random 0..``spread`` s on its way
+    out (the video and RTCP untouched), as a jittery network would: the voice buffer grows
+    its delay, and the video must be held to keep up with it. aiortc's sender sends with
+    ``await transport._send_rtp(bytes)``; an instance attribute of that name is called first
+    (as :mod:`avatar_sdk.testing.staging.voice_disorder` does)."""
+
+    def __init__(self, pc: Any, spread: float, seed: int = 30) -> None:
+        sender = next(t.sender for t in pc.getTransceivers() if t.kind == "audio")
+        transport = sender.transport
+        self._ssrc = int(sender._ssrc).to_bytes(4, "big")
+        self._send = transport._send_rtp
+        self._spread = spread
+        self._random = random.Random(seed)
+        self._pending: set[asyncio.Task[None]] = set()
+        transport._send_rtp = self._filtered
+
+    async def _filtered(self, data: bytes) -> None:
+        if len(data) < 12 or data[8:12] != self._ssrc or 192 <= data[1] <= 223:
+            await self._send(data)  # not a voice RTP packet (the video, RTCP)
+            return
+        task = asyncio.ensure_future(self._later(data, self._random.uniform(0, self._spread)))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _later(self, data: bytes, delay: float) -> None:
+        await asyncio.sleep(delay)
+        with contextlib.suppress(ConnectionError):
+            await self._send(data)
+
+
+async def _measure(trials: int, jitter: float = 0.0) -> dict[str, Any]:
     config = SessionConfig()
     async with StagingServer() as staging:
         session = AvatarSession(staging.url, staging.token, allow_insecure_transport=True,
                                 config=config)  # fmt: skip
         async with session:
             (viewer,) = [v for v in staging.media.viewers.values() if v.is_open]
+            if jitter:
+                _VoiceJitter(viewer.pc, jitter)
             voice = _Voice(viewer.audio)
             # The app: a reader of each track.
             reader = _Reader(session)
@@ -228,48 +265,68 @@ async def _measure(trials: int) -> dict[str, Any]:
             stv = session.media.stv if session.media is not None else None
             presenter = stv.presenter if stv is not None else None
             held = (presenter.held, presenter.longest_hold) if presenter is not None else (0, 0.0)
+            buffer = session.stats().get("voice_buffer", {})
     pairs = zip(file_onsets[-len(recorded_media) :], recorded_media, strict=False)
     recorded = offsets([(at, m + onset_delay(m)) for at, m in pairs], file_video)
     return {
+        "jitter": jitter,
         "handed": handed,
         "presented": presented,
         "recorded": recorded,
         "onsets": {"app": len(reader.onsets), "file": len(file_onsets), "sent": len(media)},
         "video_held": held[0],
         "longest_hold": held[1],
+        "voice_target_delay": buffer.get("target_delay"),
+        "voice_concealed": buffer.get("concealed", 0),
+        "voice_late": buffer.get("late", 0),
         "recorder_synchronized": recorder.synchronized,
     }
 
 
-def render(measured: dict[str, Any], trials: int) -> FigureResult:
+LABELS = {
+    "handed": "handed to the app",
+    "presented": "presentation times",
+    "recorded": "in a record_avatar MP4",
+}
+
+
+def render(runs: list[dict[str, Any]], trials: int) -> FigureResult:
     result = FigureResult("av_sync", TITLE)
-    labels = {
-        "handed": "handed to the app (recv() returns)",
-        "presented": "presentation times (frame pts)",
-        "recorded": "in a record_avatar MP4",
-    }
-    for key, label in labels.items():
-        values = measured[key]
-        if not values:
-            result.notes.append(f"{label}: no onset paired (onsets {measured['onsets']})")
-            continue
-        size = Summary.of([abs(v) for v in values]).scaled(1000.0)
-        result.rows.append(Row.of(f"|voice - video| {label}", size, "ms", BOUND))
-        signed = Summary.of(values).scaled(1000.0)
+    for measured in runs:
+        jitter = measured["jitter"]
+        where = "loopback" if not jitter else f"voice jitter 0-{jitter * 1000:.0f} ms"
+        for key, label in LABELS.items():
+            values = measured[key]
+            if not values:
+                result.notes.append(f"{where}, {label}: no onset paired ({measured['onsets']})")
+                continue
+            size = Summary.of([abs(v) for v in values]).scaled(1000.0)
+            result.rows.append(Row.of(f"|voice - video| {label}, {where}", size, "ms", BOUND))
+            signed = Summary.of(values).scaled(1000.0)
+            result.notes.append(
+                f"{where}, {label}: signed offset (voice after video) median "
+                f"{signed.median:+.1f} ms, min {signed.minimum:+.1f}, max {signed.maximum:+.1f}."
+            )
+        delay = measured["voice_target_delay"]
         result.notes.append(
-            f"{label}: signed offset (voice after video) median {signed.median:+.1f} ms, "
-            f"min {signed.minimum:+.1f}, max {signed.maximum:+.1f}."
+            f"{where}: video frames held to meet their voice {measured['video_held']} "
+            f"(longest {measured['longest_hold'] * 1000:.1f} ms); the voice buffer's target "
+            f"delay at the end {'-' if delay is None else f'{delay * 1000:.0f}'} ms, voice "
+            f"packets concealed {measured['voice_concealed']:.0f}, dropped late "
+            f"{measured['voice_late']:.0f} (an onset's first packet concealed is heard a frame "
+            "or two later: the outliers under jitter)."
         )
-    result.notes.append(
-        f"{trials} onsets per clock on loopback; video frames held to meet their voice: "
-        f"{measured['video_held']} (longest {measured['longest_hold'] * 1000:.1f} ms)."
-    )
-    result.data = {"trials": trials, **measured}
-    for key in labels:
-        result.data[f"{key}_ms"] = [v * 1000 for v in measured[key]]
+    result.notes.append(f"{trials} onsets per clock and case.")
+    result.data = {
+        "trials": trials,
+        "runs": [
+            {**m, **{f"{key}_ms": [v * 1000 for v in m[key]] for key in LABELS}} for m in runs
+        ],
+    }
     return result
 
 
 def run(trials: int = TRIALS) -> FigureResult:
-    """Run the av_sync figure in its own event loop."""
-    return render(asyncio.run(_measure(trials)), trials)
+    """Run the av_sync figure (calm loopback, then jittery voice) in its own event loop."""
+    runs = [asyncio.run(_measure(trials, jitter)) for jitter in JITTER]
+    return render(runs, trials)
