@@ -152,3 +152,57 @@ async def test_a_recording_of_the_avatar_starts_aligned(
     assert first_audio is not None and first_video is not None
     # Both streams start at the first video frame (within an AAC frame, 21 ms).
     assert abs(first_audio - first_video) < 0.03, (first_audio, first_video)
+
+
+async def test_the_timeline_goes_on_across_a_re_subscribe(staging: StagingServer) -> None:
+    """The session's tracks outlive a subscription: after a WHEP re-subscribe (a new peer, new
+    RTP clocks, new reports) each track's presentation times still only grow, on the same
+    timeline."""
+    session = await _session(staging)
+    try:
+        audio, video = session.avatar_audio, session.avatar_video
+        assert audio is not None and video is not None
+        times: dict[str, list[float]] = {"audio": [], "video": []}
+
+        async def read(track: Any, kind: str) -> None:
+            while True:
+                frame = await track.recv()
+                times[kind].append(float(frame.pts * frame.time_base))
+
+        readers = [asyncio.ensure_future(read(audio, "audio")),
+                   asyncio.ensure_future(read(video, "video"))]  # fmt: skip
+        try:
+            assert await until(lambda: len(times["video"]) >= 10, 10)
+            first = current_downlink(session)
+            await staging.faults.ice_failure("stv")
+            await session.wait_for("media_recovered", timeout=8)
+            second = current_downlink(session)
+            assert second is not first
+            marks = {kind: len(got) for kind, got in times.items()}
+            assert await until(
+                lambda: (
+                    all(len(times[k]) >= marks[k] + 20 for k in times)
+                    and second.presenter.clocks["video"].known
+                ),
+                10,
+            )
+        finally:
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+        for kind, got in times.items():
+            assert all(b > a for a, b in itertools.pairwise(got)), kind
+    finally:
+        await session.close()
+
+
+def test_talk_records_the_avatar_s_voice_on_the_video_s_timeline() -> None:
+    """``talk --record`` wraps the voice (to know when it fell silent): the wrapper keeps
+    its timeline, so the recording is placed by it (synchronized)."""
+    from avatar_sdk._cli import talk  # noqa: PLC0415 - the CLI's module, as talk runs it
+    from avatar_sdk.transport.rtc.stv import FanoutTrack  # noqa: PLC0415
+
+    timeline = PresentationTimeline()
+    audio, video = FanoutTrack("audio", timeline=timeline), FanoutTrack("video", timeline=timeline)
+    assert shared_timeline(talk._Heard(audio), video)
+    assert not shared_timeline(talk._Heard(FanoutTrack("audio")), video)
