@@ -178,10 +178,11 @@ class PatternTrack(PacedTrack):
         fps: float = 20.0,
         gate: MediaGate | None = None,
         epoch: MediaEpoch | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if width < _BITS * 4 or height < _BAND_ROWS * 3 or width % 2 or height % 2:
             raise ValueError("PatternTrack needs an even size of at least 128x48")
-        super().__init__(1.0 / fps, gate, epoch=epoch)
+        super().__init__(1.0 / fps, gate, clock, epoch)
         self.width = width
         self.height = height
         self._ramp = bytes(16 + (x * 2) % 220 for x in range(2 * width))
@@ -193,8 +194,9 @@ class PatternTrack(PacedTrack):
         if self.freeze.stalled:
             await self.freeze.wait_open()
         elapsed = await self._next_slot()
-        pts = max(self._last_pts + 1, int(elapsed * VIDEO_CLOCK))
-        frame = self.render(self.frames_sent, pts * 1000 // VIDEO_CLOCK)
+        # Rounded: on an epoch's grid, elapsed is a multiple of the period give or take a ulp.
+        pts = max(self._last_pts + 1, round(elapsed * VIDEO_CLOCK))
+        frame = self.render(self.frames_sent, round(pts * 1000 / VIDEO_CLOCK))
         frame.pts = self._last_pts = pts
         frame.time_base = fractions.Fraction(1, VIDEO_CLOCK)
         self.frames_sent += 1
@@ -297,7 +299,10 @@ class _Voice(PacedTrack):
     async def _slot(self) -> tuple[int, bool]:
         """The next slot's pts (jumping forward after a stall) and whether it is tone."""
         elapsed = await self._next_slot()
-        self._pts = max(self._pts, int(elapsed * AUDIO_RATE) // AUDIO_FRAME * AUDIO_FRAME)
+        slot = math.floor(
+            elapsed * AUDIO_RATE / AUDIO_FRAME + 1e-6
+        )  # a grid instant, give or take a ulp
+        self._pts = max(self._pts, slot * AUDIO_FRAME)
         pts, speaking = self._pts, self.active is None or self.active()
         if speaking and not self._speaking:
             self.onsets.append(pts / AUDIO_RATE)
