@@ -1,8 +1,9 @@
 """``python -m benchmarks [--only FIGURE,...] [--output PATH]``.
 
-Figures: connect, recovery, throughput, media, pacing, latency, resilience, uplink, guards, wakeups,
-echo, load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the network lab)
-(default: all), and asr (the ASR uplink part of resilience alone; not in the default run).
+Figures: connect, recovery, throughput, media, pacing, latency, av_sync, resilience, uplink, guards,
+wakeups, echo, load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the
+network lab) (default: all), and asr (the ASR uplink part of resilience alone; not in the default
+run).
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import (
+    av_sync,
     connect,
     echo,
     fleet,
@@ -54,6 +56,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "media": (media.TITLE, media.run),
     "pacing": (pacing.TITLE, pacing.run),
     "latency": (latency.TITLE, latency.run),
+    "av_sync": (av_sync.TITLE, av_sync.run),
     "resilience": (resilience.TITLE, resilience.run),
     "uplink": (uplink.TITLE, uplink.run),
     "guards": (guards.TITLE, guards.run),
@@ -73,6 +76,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
 DEFAULT = (
     "connect", "recovery", "throughput", "media", "pacing", "latency", "resilience", "uplink",
     "guards", "wakeups", "echo",
+    "av_sync",
     "load",
     "loop_lag",
     "fleet",

@@ -100,6 +100,8 @@ class _Heard(MediaStreamTrack):
         super().__init__()
         self.inner = inner
         self._silent = asyncio.Event()
+        #: The avatar's presentation timeline: recorded in sync with the video.
+        self.timeline = getattr(inner, "timeline", None)
 
     async def recv(self) -> Any:
         import av  # noqa: PLC0415 - only with --record

@@ -14,6 +14,12 @@ ends only that track's recording (kept in :attr:`Recorder.failure`, logged with 
 and :meth:`Recorder.stop` closes the container whatever happened before, even when it is
 itself cancelled (``talk`` bounds it by ``close_timeout``): closing is synchronous, so the
 file is complete the moment ``stop()`` returns or is interrupted.
+
+The avatar's two tracks (a session's ``avatar_audio`` and ``avatar_video``) share a
+presentation timeline (their frames' ``pts``, :mod:`avatar_sdk.transport.rtc.presentation`):
+recorded together, each frame is placed at its presentation time less the first recorded
+frame's, whenever it was read, so the voice and the video of one instant are at one time in
+the file; voice from before the first video frame is left out, so the streams start aligned.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from .devices import describe
 
-__all__ = ["Recorder", "record_avatar"]
+__all__ = ["Recorder", "record_avatar", "shared_timeline"]
 
 log = sdk_logger(__name__)
 
@@ -49,6 +55,13 @@ VIDEO_MIN_STEP: Final = 90
 #: A track's clock this far (seconds) from the arrival clock has jumped (a new RTP clock
 #: after a re-subscribe, a wrapped timestamp): the track is re-anchored on arrival.
 RESYNC: Final = 1.0
+
+
+def shared_timeline(audio: MediaStreamTrack | None, video: MediaStreamTrack | None) -> bool:
+    """Whether ``audio`` and ``video`` stamp their frames on one presentation timeline (a
+    session's avatar tracks: their ``timeline`` is the same object)."""
+    timeline = getattr(audio, "timeline", None)
+    return timeline is not None and getattr(video, "timeline", None) is timeline
 
 
 def _open(
@@ -108,6 +121,19 @@ class _Lane:
         return "video" if isinstance(self.stream, VideoStream) else "audio"
 
 
+def _presented(frame: Any) -> float | None:
+    """A frame's presentation time (s), from its ``pts`` and ``time_base``."""
+    pts, base = getattr(frame, "pts", None), getattr(frame, "time_base", None)
+    return None if pts is None or base is None else float(pts * base)
+
+
+def _lasts(frame: Any) -> float:
+    """How long an audio frame lasts (s); 0 for anything else."""
+    if isinstance(frame, av.AudioFrame) and frame.sample_rate:
+        return frame.samples / frame.sample_rate
+    return 0.0
+
+
 def _add_stream(container: OutputContainer, kind: str) -> AudioStream | VideoStream:
     """A stream for ``kind`` with the codec the container's format calls for."""
     name = container.format.name
@@ -162,6 +188,11 @@ class Recorder:
         self._lanes: list[_Lane] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._origin: float | None = None
+        #: Both tracks on one presentation timeline: frames are placed by it (see above).
+        self.synchronized = shared_timeline(audio_track, video_track)
+        self._presented_origin: float | None = None
+        #: Voice frames left out because they came before the first video frame.
+        self.skipped = 0
         self._state = "new"
         #: Why a track's recording ended early ("audio: ValueError: ..."), or None.
         self.failure: str | None = None
@@ -240,8 +271,18 @@ class Recorder:
                 return  # stop() closed the file while this frame was on its way
             if self._origin is None:
                 self._origin = loop.time()
+            at = loop.time() - self._origin
+            if self.synchronized:
+                presented = _presented(frame)
+                if presented is not None:
+                    if self._presented_origin is None:
+                        self._presented_origin = presented
+                    at = presented - self._presented_origin
+                    if at < -_lasts(frame) / 2:
+                        self.skipped += 1  # before the first frame of the recording
+                        continue
             try:
-                self._write(container, lane, frame, loop.time() - self._origin)
+                self._write(container, lane, frame, at)
             except Exception as exc:
                 self._fail(lane, exc)
                 return

@@ -28,6 +28,7 @@ from ..lifecycle.completion import CompletionSignal, IdleTimer
 from ..logs import sdk_logger
 from ..observe import Observers
 from ..transport.rtc.asr import UplinkTrack
+from ..transport.rtc.core.av_sync import PresentationTimeline
 from ..transport.rtc.core.voice_buffer import VoiceBufferCounts
 from ..transport.rtc.stv import FanoutTrack
 from ..wire import new_sticky_id
@@ -116,9 +117,11 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
     slot = LinkSlot(supervisor)
     view = ConversationView(thread_id=spec.thread_id)
     stats = SessionStats()
-    outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio")}
+    # The avatar's voice and video on one presentation timeline, across subscriptions.
+    timeline = PresentationTimeline()
+    outputs: dict[str, FanoutTrack] = {"audio": FanoutTrack("audio", timeline=timeline)}
     if spec.video:
-        outputs["video"] = FanoutTrack("video")
+        outputs["video"] = FanoutTrack("video", timeline=timeline)
     # Each turn's reply and its figures; the user's speech on the uplink makes spoken turns.
     replies = Replies(clock=clock, on=bus.on, audio=outputs["audio"] if media else None, emit=emit)
     speech = UserSpeech(clock=clock, replies=replies)

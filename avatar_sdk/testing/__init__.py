@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .staging.faults import Faults
     from .staging.media import AsrPeer, AsrStats, StagingMedia, WhepViewer
     from .staging.server import StagingServer
-    from .synthetic import read_frame_counter
+    from .synthetic import read_frame_counter, read_media_time
 
 #: Public name -> the module that defines it (relative to this package).
 _EXPORTS: dict[str, str] = {
@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "WhepViewer": ".staging.media",
     "expect_events": ".expect",
     "read_frame_counter": ".synthetic",
+    "read_media_time": ".synthetic",
     "replay_cassette": ".replay",
 }
 
@@ -68,6 +69,7 @@ __all__ = [
     "WhepViewer",
     "expect_events",
     "read_frame_counter",
+    "read_media_time",
     "replay_cassette",
 ]
 

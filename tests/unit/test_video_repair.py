@@ -178,3 +178,32 @@ def test_a_receiver_without_those_internals_is_refused() -> None:
     bare = RTCRtpReceiver.__new__(RTCRtpReceiver)
     with pytest.raises(RuntimeError, match="internals changed"):
         VideoRepair(bare, clock=lambda: 0.0)
+
+
+def _marked(seq: int, frame: int, *, last: bool) -> RtpPacket:
+    packet = _packet(seq, frame)
+    packet.marker = int(last)
+    return packet
+
+
+def test_a_frame_goes_out_at_its_last_packet_not_at_the_next_frame_s_first() -> None:
+    link = _Link()
+    for frame in range(5):
+        for part in range(3):
+            link.receive(_marked(frame * 3 + part, frame, last=part == 2))
+            # Out with the packet carrying the marker bit, all of it, nothing sooner.
+            assert link.frames == list(range(frame + (part == 2))), (frame, part)
+    assert link.plis == 0 and link.repair.holes_skipped == 0
+
+
+def test_a_frame_whose_marker_came_before_a_missing_packet_waits_for_it() -> None:
+    link = _Link()
+    link.receive(_marked(0, 0, last=False))
+    link.receive(_marked(2, 0, last=True))  # packet 1 reordered behind the frame's last
+    assert link.frames == []
+    link.receive(_marked(1, 0, last=False))
+    assert link.frames == [0]
+    buffer: Any = link.receiver._RTCRtpReceiver__jitter_buffer
+    assert buffer._inner._packets[0] is None and buffer._inner._origin == 3  # taken out
+    link.receive(_marked(3, 1, last=True))
+    assert link.frames == [0, 1]

@@ -16,7 +16,9 @@
   available, else whatever the offer allows, VP8 in aiortc) and a 48 kHz tone while the
   conversation's avatar is speaking (silence otherwise), sent as Opus packets encoded once
   per process (:class:`~avatar_sdk.testing.synthetic.OpusToneTrack`): a viewer costs no
-  audio encoding.
+  audio encoding. A viewer's two tracks share a
+  :class:`~avatar_sdk.testing.synthetic.MediaEpoch`: the video drawn at media time ``t``
+  (``read_media_time``) and the voice of ``t`` (its tone's ``onsets``) are one instant.
 * **Faults** (driven through :class:`~avatar_sdk.testing.staging.faults.Faults`): ICE failure,
   media stall, frozen video, lost video packets (:mod:`.packet_loss`), jitter, reorder
   and loss on the voice (:mod:`.voice_faults`, per session), WHEP 404, stuck ICE (no
@@ -43,7 +45,7 @@ from aiortc import sdp as sdp_parser
 from ...logs import sdk_logger
 from ...transport.rtc.ice import set_local_description
 from ...wire.names import In, Out
-from ..synthetic import MediaGate, OpusToneTrack, PatternTrack
+from ..synthetic import MediaEpoch, MediaGate, OpusToneTrack, PatternTrack
 from .asr_peer import AsrPeer, AsrStats
 from .packet_loss import VideoPacketLoss
 from .rtc_util import (
@@ -599,13 +601,17 @@ class StagingMedia:
             raise ValueError("the offer has no audio or video m-line")
         width, height = self.video_size
         gate = self._viewer_gate()
-        video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=gate)
+        # One media time for both tracks: the video drawn at t is the voice of t.
+        epoch = MediaEpoch()
+        video = PatternTrack(width=width, height=height, fps=self.video_fps, gate=gate, epoch=epoch)
         audio: MediaStreamTrack
         if isinstance(conv, ScriptedStagingSession):  # its voice: the audio it was given
             audio = conv.voice_track(gate)
         else:
             talking = conv
-            audio = OpusToneTrack(active=lambda: talking.speaking and not talking.ended, gate=gate)
+            audio = OpusToneTrack(
+                active=lambda: talking.speaking and not talking.ended, gate=gate, epoch=epoch
+            )
         pc = RTCPeerConnection(rtc_configuration())
         viewer = WhepViewer(secrets.token_hex(8), stream, conv.sid, pc, video, audio)
         try:

@@ -28,8 +28,10 @@ from ..net.hostguard import HostGuard, host_of, refusal_in, spelled_private
 from ..net.tls import connector, tls_error
 from .aiortc_patches import loop_decode, video_demand, video_repair
 from .aiortc_patches import voice_buffer as voice_buffer_patch
+from .core.av_sync import PresentationTimeline
 from .core.voice_buffer import VoiceBufferCounts
 from .ice import apply_answer, close_peer, set_local_description
+from .presentation import Presenter
 
 log = sdk_logger(__name__)
 
@@ -71,11 +73,19 @@ class FanoutTrack(MediaStreamTrack):
     It also tells the downlink whether anybody watches it (:attr:`watched`): the video is
     decoded only while somebody does (:mod:`.video_demand`), and so is the voice when it is
     decoded on the loop (:mod:`.loop_decode`).
+
+    With a ``timeline`` (a session's two tracks share one), each frame's ``pts`` (in its
+    ``time_base``) is its presentation time on it, one timeline for both tracks, and a
+    video frame is handed on with the voice of its instant (:mod:`.presentation`).
     """
 
-    def __init__(self, kind: str, max_queue: int = 30) -> None:
+    def __init__(
+        self, kind: str, max_queue: int = 30, *, timeline: PresentationTimeline | None = None
+    ) -> None:
         super().__init__()
         self.kind = kind
+        #: The presentation timeline its frames are stamped on (shared with its sibling).
+        self.timeline = timeline
         self._frames: deque[Any] = deque(maxlen=max_queue)
         self._waiter: asyncio.Future[None] | None = None
         self.dropped = 0
@@ -224,6 +234,11 @@ class StvDownlink:
                 on_skipped=self._voice_arrived,
                 on_pause=None if heard is None else heard.pause,
             )
+        #: Stamps frames with presentation times, holds the video to its voice.
+        self.presenter = Presenter(
+            {"audio": audio.receiver}
+            | ({"video": self.video_receiver} if self.video_receiver is not None else {})
+        )
         self.pc.on("track", self._on_track)
         self.location: str | None = None
         self._posting: asyncio.Future[tuple[int, str, str | None]] | None = None
@@ -392,7 +407,7 @@ class StvDownlink:
                 self._first[kind].set()
             out = outputs.get(kind)
             if out is not None:
-                out.push(frame)
+                self.presenter.hand_on(kind, frame, out)
                 self.last_out_at = now
                 if self.first_out_at is None:
                     self.first_out_at = now
@@ -432,6 +447,7 @@ class StvDownlink:
                 log.info("WHEP DELETE failed: %s", type(exc).__name__)
         await close_peer(self.pc, timeout)
         self.voice_buffer.close()
+        self.presenter.close()
         for task in list(self._pumps):
             task.cancel()
         if self._pumps:
