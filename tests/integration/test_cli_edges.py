@@ -81,3 +81,48 @@ async def test_talk_on_stdin_exits_when_the_session_ends(
     stderr = (await proc.stderr.read()).decode()
     assert code in (5, 6), stderr
     assert "Traceback" not in stderr
+
+
+# -- item 2: a URL that points at some other HTTP server --------------------------------------
+@pytest_asyncio.fixture
+async def foreign_http() -> AsyncIterator[str]:
+    """``python3 -m http.server`` on a free loopback port: HTTP, but not a Socket.IO server."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "http.server did not start"
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+async def test_talk_to_a_foreign_http_server_names_status_and_path(foreign_http: str) -> None:
+    proc = await start_talk("talk", foreign_http, "--insecure", "--no-media", *QUICK, token="t")
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        code = await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        await stop(proc)
+    stderr = (await proc.stderr.read()).decode()
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    line = lines[0]
+    assert "[bad_request]" in line, line
+    assert "GET /socket.io/?EIO=4" in line and "404 Not Found" in line, line
+    assert "not a Socket.IO server" in line, line
+    assert "attempts" not in line  # a wrong URL is not retried
+    assert "check the URL" in line, line
+    assert code == 3, stderr

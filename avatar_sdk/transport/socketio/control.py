@@ -25,6 +25,7 @@ from ...observe import Observer, observers_of
 from ...redact import register_secret
 from ...wire.disconnect import is_recoverable
 from ..net.tls import connector, tls_error, unreachable_error
+from ..net.upgrade import upgrade_refused
 from .csr import RecoveringAsyncClient
 from .frame_guard import ProtocolErrorSink, guarded_websocket
 
@@ -221,10 +222,12 @@ class ControlChannel:
         return error
 
     def _classify(self, exc: BaseException) -> AvatarError:
-        """Why the socket did not open: TLS, an unreachable host, or a lost connection."""
+        """Why the socket did not open: TLS, an unreachable host, an HTTP answer that is not
+        a websocket upgrade (some other server), or a lost connection."""
         return (
             tls_error(exc, "Socket.IO")
             or unreachable_error(exc, "Socket.IO")
+            or upgrade_refused(exc, "Socket.IO")
             or AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__)
         )
 
