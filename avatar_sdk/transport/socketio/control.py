@@ -165,6 +165,7 @@ class ControlChannel:
             max_message_size=self._max_message_size,
             now=self._now,
         )
+        client.on("connect", self._handle_connect)
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
         self._client = client
@@ -208,14 +209,26 @@ class ControlChannel:
             raise self._failed(self._classify(exc)) from None
         self.connect_count += 1
         self.last_activity = self._now()
-        sid, recovered = self.sid or "", bool(client.recovered)
-        self._observer.socket_opened(self._link, sid, recovered)
         return ConnectOutcome(
             sid=self.sid or "",
             recovered=bool(client.recovered),
             replayed=client.replayed,
             duration=self._now() - started,
         )
+
+    def _handle_connect(self) -> None:
+        """The server's CONNECT reply, handled before any event the server sent after it:
+        the observers hear of the open here, not when ``connect()`` returns. Since Python
+        3.12 (``asyncio.wait_for`` no longer wraps the awaitable in a task, gh-96764)
+        engine.io handles the messages of one read without a yield, so an event written
+        with the CONNECT reply (``onServerConnected``) used to be told first: a cassette
+        said ``in`` before ``open`` and its replay never sent that event (issue 33)."""
+        client = self._client
+        if client is None:
+            return
+        sid = client.get_sid("/")
+        recovered = bool(client.recovered)
+        self._observer.socket_opened(self._link, sid if isinstance(sid, str) else "", recovered)
 
     def _failed(self, error: AvatarError) -> AvatarError:
         self._observer.socket_failed(self._link, str(error.code))
