@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,72 @@ async def test_talk_to_a_foreign_http_server_names_status_and_path(foreign_http:
     assert "attempts" not in line  # a wrong URL is not retried
     assert "check the URL" in line, line
     assert code == 3, stderr
+
+
+# -- item 7: -v after the subcommand, Ctrl-C during start-up ----------------------------------
+def _commands(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found: list[tuple[str, ...]] = []
+    for name, command in group.commands.items():
+        path = (*prefix, name)
+        if hasattr(command, "commands"):
+            found += _commands(command, path)
+        else:
+            found.append(path)
+    return found
+
+
+def test_every_subcommand_takes_verbose_after_its_name() -> None:
+    runner = CliRunner()
+    for path in _commands(main):
+        for flag in ("-v", "--verbose"):
+            result = runner.invoke(main, [*path, flag, "--help"])
+            assert result.exit_code == 0, (path, flag, result.output)
+            assert "No such option" not in result.output
+        assert "--verbose" in runner.invoke(main, [*path, "--help"]).output, path
+
+
+async def test_talk_verbose_after_the_subcommand_logs_at_info() -> None:
+    staging = StagingServer()
+    await staging.start()
+    url = staging.url
+    await staging.stop()  # connection refused: the retry is told at INFO
+    proc = await start_talk("talk", url, "--insecure", "--no-media", "--verbose",
+                            "--connect-attempts", "2", "--say", "hi", token="t")  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        code = await asyncio.wait_for(proc.wait(), 60)
+    finally:
+        await stop(proc)
+    stderr = (await proc.stderr.read()).decode()
+    assert code == 5, stderr
+    assert "avatar-sdk: INFO avatar_sdk._cli.main: " in stderr, stderr  # -v after `talk`
+
+
+async def in_start_up(proc: asyncio.subprocess.Process, bound: float = 30) -> None:
+    """Until the process loads the session stack (PyAV's library in its memory map): the
+    interpreter is up, the command is importing or connecting."""
+    maps = Path(f"/proc/{proc.pid}/maps")
+    async with asyncio.timeout(bound):
+        while "/av/" not in maps.read_text():
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.6])
+async def test_ctrl_c_during_start_up_exits_130_quietly(
+    staging: StagingServer, delay: float
+) -> None:
+    staging.faults.withhold("showAgent")  # never connected: the run stays in its start-up
+    proc = await start_talk("talk", staging.url, "--insecure", "--no-media", *QUICK,
+                            token=staging.token)  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        await in_start_up(proc)
+        await asyncio.sleep(delay)  # somewhere in the imports, or connecting
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), 10)
+    finally:
+        await stop(proc)
+    stderr = (await proc.stderr.read()).decode()
+    assert code == 130, stderr
+    assert "Aborted!" not in stderr and "Traceback" not in stderr, stderr
