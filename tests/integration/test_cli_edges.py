@@ -196,3 +196,39 @@ async def test_ctrl_c_during_start_up_exits_130_quietly(
     stderr = (await proc.stderr.read()).decode()
     assert code == 130, stderr
     assert "Aborted!" not in stderr and "Traceback" not in stderr, stderr
+
+
+# -- item 4: the thread id, known at connect and announced ------------------------------------
+async def test_the_thread_is_known_when_connect_returns_and_announced(
+    staging: StagingServer,
+) -> None:
+    from avatar_sdk import AvatarSession  # noqa: PLC0415
+
+    session = AvatarSession(staging.url, staging.token, media=False, allow_insecure_transport=True)
+    announced = session.expect("thread_known", timeout=HANG_GUARD)
+    try:
+        await session.connect()
+        assert session.thread_id is not None  # not a few hundred ms later
+        event = await announced
+        assert event.data == {"thread_id": session.thread_id}
+    finally:
+        await session.close()
+
+
+async def test_talk_json_carries_the_thread_before_the_session_completes(
+    staging: StagingServer,
+) -> None:
+    proc = await start_talk("talk", staging.url, "--insecure", "--no-media", "--json", *QUICK,
+                            "--say", "hi", token=staging.token)  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        out = await asyncio.wait_for(proc.stdout.read(), 60)
+        code = await asyncio.wait_for(proc.wait(), 10)
+    finally:
+        await stop(proc)
+    assert code == 0
+    names = [json.loads(line)["event"] for line in out.decode().splitlines()]
+    known = [json.loads(line)["data"] for line in out.decode().splitlines()
+             if json.loads(line)["event"] == "thread_known"]  # fmt: skip
+    assert len(known) == 1 and known[0]["thread_id"], names
+    assert names.index("thread_known") < names.index("agent_turn_ended")
