@@ -63,7 +63,7 @@ class ConversationView:
                         # thinking or UI payloads): the one filter a transcript needs.
                         "spoken": seg.is_spoken,
                     },
-                )
+                ),
             ]
         if isinstance(event, AgentStartSpeech):
             self.speech_id, self.turn_id = event.speech_id, event.turn_id

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -91,7 +91,7 @@ async def foreign_http() -> AsyncIterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: ASYNC220 - started once, waited for in the finally
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -172,13 +172,14 @@ async def in_start_up(proc: asyncio.subprocess.Process, bound: float = 30) -> No
     """Until the process loads the session stack (PyAV's library in its memory map): the
     interpreter is up, the command is importing or connecting."""
     maps = Path(f"/proc/{proc.pid}/maps")
-    async with asyncio.timeout(bound):
-        while "/av/" not in maps.read_text():
-            await asyncio.sleep(0.01)
+    deadline = time.monotonic() + bound
+    while "/av/" not in await asyncio.to_thread(maps.read_text):
+        assert time.monotonic() < deadline, "the session stack never loaded"
+        await asyncio.sleep(0.01)
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
-@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.6])
+@pytest.mark.parametrize("delay", [0.0, 0.1])
 async def test_ctrl_c_during_start_up_exits_130_quietly(
     staging: StagingServer, delay: float
 ) -> None:

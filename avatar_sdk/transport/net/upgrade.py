@@ -4,7 +4,8 @@ A URL that points at some other HTTP server (a static file server, a web app, a 
 route) answers the Socket.IO handshake ``GET /socket.io/?EIO=4&transport=websocket`` with a
 plain HTTP status instead of ``101 Switching Protocols``. engine.io reports that as a bare
 ``ConnectionError``; the aiohttp error under it holds the status and the URL. Pure: reads an
-exception chain, classified by the one HTTP status table (:func:`~avatar_sdk.errors.code_for_status`).
+exception chain, classified by the one HTTP status table
+(:func:`~avatar_sdk.errors.code_for_status`).
 """
 
 from __future__ import annotations
