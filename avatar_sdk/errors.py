@@ -226,13 +226,17 @@ def info(code: ErrorCode) -> CodeInfo:
 # * avatar_session (avatar_sdk.scripted): a 5xx is server_error (retried by the idempotent
 #   calls), a status outside 4xx/5xx bad_request. A per-session 404 (session_gone) and the
 #   body's own code are read by scripted.protocol.classify_http_error before this table.
+# * socket (the Socket.IO websocket upgrade, transport.net.upgrade): a URL that answers HTTP
+#   but does not switch protocols is not a Socket.IO server: bad_request (a wrong URL, never
+#   retried), a 5xx server_error (a proxy in front of a server that is starting: retried).
 
 
 class Surface(StrEnum):
-    """A REST surface the SDK calls."""
+    """An HTTP surface the SDK calls (its REST APIs, the websocket upgrade)."""
 
     CONVERSE = "converse"
     AVATAR_SESSION = "avatar_session"
+    SOCKET = "socket"  # the Socket.IO websocket upgrade (not REST: its refusal is HTTP)
 
 
 #: Statuses that mean the same on every surface.
@@ -264,7 +268,17 @@ SURFACES: Final[dict[Surface, SurfaceCodes]] = {
         server_error=ErrorCode.SERVER_ERROR,
         other=ErrorCode.BAD_REQUEST,
     ),
+    Surface.SOCKET: SurfaceCodes(
+        client_error=ErrorCode.BAD_REQUEST,
+        server_error=ErrorCode.SERVER_ERROR,
+        other=ErrorCode.BAD_REQUEST,
+    ),
 }
+
+
+#: What a websocket upgrade refused with a client error (or a 2xx) means, in its error's detail
+#: (``transport.net.upgrade``); the command line's hint keys on it.
+NOT_SOCKETIO: Final = "not a Socket.IO server"
 
 
 def code_for_status(status: int, surface: Surface) -> ErrorCode:

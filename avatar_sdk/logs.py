@@ -24,12 +24,15 @@
   object instead. The staging server's get :func:`warnings_only`: their per-packet INFO
   lines are dropped, their warnings and errors reach the application's configuration like
   any other record. The SDK's own clients get :func:`library_log`: records under the
-  SDK's names :data:`SOCKETIO_LOGGER` / :data:`ENGINEIO_LOGGER`, INFO chatter dropped, and a
-  warning the SDK expected re-emitted at DEBUG. Every normal close used to print
-  ``WARNING engineio.client: Server sent close packet data None, aborting`` (the server
-  answering the client's own disconnect); while the client is closing, or once it knows
-  why the connection ended (and reports it itself), such a warning is news to no one.
-  Warnings nobody expected (a server that closes a live connection) stay warnings.
+  SDK's names :data:`SOCKETIO_LOGGER` / :data:`ENGINEIO_LOGGER`, INFO chatter dropped, and
+  what they warn about or report as an error re-emitted at INFO (at DEBUG when the SDK
+  expected it). Every normal close used to print ``WARNING engineio.client: Server sent
+  close packet data None, aborting`` (the server answering the client's own disconnect), and
+  a server closing a live socket printed ``Server sent close packet data 1000, aborting``
+  bare on a user's stderr (Python's last-resort handler shows WARNING and above when nothing
+  is configured): the SDK notices every such end itself and reports it in its own terms
+  (``reconnecting``, ``ended``, its own log lines), so the library's line is detail for whoever
+  asks for INFO (``avatar-sdk -v``), never a line of its own by default (issue 33).
 * A child process the SDK starts (a fleet worker, a Ray actor, the staging process) copies
   the parent's levels of :data:`MIRRORED_LOGGERS` (:func:`logger_levels`, then
   :func:`set_logger_levels` in the child), so a CLI that quiets the stack's chatter quiets
@@ -136,10 +139,12 @@ ENGINEIO_LOGGER: Final = "avatar_sdk.transport.engineio"
 class LibraryLog(logging.LoggerAdapter[logging.Logger]):
     """The logger object (``logger=``) of one library client the SDK owns.
 
-    Below WARNING: dropped before formatting (per-packet chatter). WARNING: forwarded, unless
-    ``expected()`` holds at that moment, when it is re-emitted at DEBUG. ERROR and above:
-    forwarded. Nothing global is changed: the wrapped logger keeps the application's level,
-    handlers and propagation."""
+    Below WARNING: dropped before formatting (per-packet chatter). WARNING and above:
+    re-emitted at INFO, or at DEBUG when ``expected()`` holds at that moment (the SDK is
+    closing the connection, or already knows why it ended). The SDK tells every end of a
+    connection itself, so a library's line is detail, never news on stderr by default.
+    Nothing global is changed: the wrapped logger keeps the application's level, handlers
+    and propagation."""
 
     def __init__(self, logger: logging.Logger, expected: Callable[[], bool]) -> None:
         super().__init__(logger, {})
@@ -151,8 +156,7 @@ class LibraryLog(logging.LoggerAdapter[logging.Logger]):
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         if level < logging.WARNING:
             return
-        if level == logging.WARNING and self._expected():
-            level = logging.DEBUG
+        level = logging.DEBUG if self._expected() else logging.INFO
         if self.logger.isEnabledFor(level):
             msg, options = self.process(msg, kwargs)
             self.logger.log(level, msg, *args, **options)

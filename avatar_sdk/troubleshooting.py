@@ -71,9 +71,12 @@ ADVICE: Final[dict[ErrorCode, Advice]] = {
     ),
     _C.BAD_REQUEST: Advice(
         "The server rejected the request (`throwToBadRequest`, or an HTTP 4xx from the chat "
-        "API); never retried.",
+        "API); or the URL answered the Socket.IO websocket upgrade with a plain HTTP status "
+        "(`GET /socket.io/?EIO=4&transport=websocket answered 404 Not Found: not a Socket.IO "
+        "server`): it points at some other HTTP server. Never retried.",
         "Check the arguments you passed (`thread_id`, `partner_id`, the text); the detail in "
-        "the message says what the server objected to.",
+        "the message says what the server objected to. For `not a Socket.IO server`, check "
+        "the URL: it must be the avatar service's address (its host, port and path).",
     ),
     _C.AUTH_FAILED: Advice(
         "The server refused the token: the socket's CONNECT was rejected, or an HTTP 401/403.",

@@ -1,6 +1,11 @@
 """``python -m avatar_sdk._cli``: the same as the ``avatar-sdk`` console script."""
 
-from .main import main
+import sys
+
+try:
+    from .main import main
+except KeyboardInterrupt:  # Ctrl-C while the command line loads: 130, quietly
+    sys.exit(130)
 
 if __name__ == "__main__":
     main(prog_name="avatar-sdk")

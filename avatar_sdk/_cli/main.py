@@ -28,23 +28,74 @@ from .replay import command as replay_command
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+#: The Socket.IO/WebRTC stack's loggers, quiet (ERROR) unless --verbose.
+_STACK = ("engineio", "socketio", "aioice", "aiortc", SOCKETIO_LOGGER, ENGINEIO_LOGGER)
+_VERBOSE_HELP = "Log what the SDK does (INFO) on stderr."
+
+
+class _Configured:
+    """Whether this command configured logging (not an embedding that had its own)."""
+
+    ours = False
+
+
 def _configure_logging(verbose: bool) -> None:
     """The console script is an application, so it (not the library) decides where log
     records go: the SDK's warnings on stderr, and the Socket.IO/WebRTC stack's transport
     chatter ("Server sent close packet ...") only with ``--verbose`` (the output already
-    tells each drop and recovery). An embedding that configured logging keeps its own."""
-    if logging.getLogger().handlers:
-        return
-    level = logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="avatar-sdk: %(levelname)s %(name)s: %(message)s")
-    if not verbose:
-        for name in ("engineio", "socketio", "aioice", "aiortc", SOCKETIO_LOGGER, ENGINEIO_LOGGER):
+    tells each drop and recovery). An embedding that configured logging keeps its own.
+    Called by the group (``avatar-sdk -v talk``), then again by a subcommand's own
+    ``-v`` (``avatar-sdk talk -v``), which raises what the group set to INFO."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.WARNING, format="avatar-sdk: %(levelname)s %(name)s: %(message)s"
+        )
+        _Configured.ours = True
+        for name in _STACK:
             logging.getLogger(name).setLevel(logging.ERROR)
+    if verbose and _Configured.ours:
+        logging.getLogger().setLevel(logging.INFO)
+        for name in _STACK:
+            logging.getLogger(name).setLevel(logging.NOTSET)
 
 
-@click.group(context_settings=_CONTEXT, epilog=exits.epilog())
+def _subcommand_verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _configure_logging(True)
+
+
+def _add_verbose(group: click.Group) -> None:
+    """``-v/--verbose`` on every subcommand too (``avatar-sdk talk -v``), the same as
+    ``avatar-sdk -v talk``."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _add_verbose(command)
+        elif not any("--verbose" in param.opts for param in command.params):
+            command.params.append(
+                click.Option(
+                    ["-v", "--verbose"],
+                    is_flag=True,
+                    expose_value=False,
+                    callback=_subcommand_verbose,
+                    help=_VERBOSE_HELP,
+                )
+            )
+
+
+class _Interruptible(click.Group):
+    """Ctrl-C before a command handles it itself (its imports, its start-up) exits 130,
+    quietly, as documented, instead of click's ``Aborted!`` and 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            sys.exit(exits.INTERRUPTED)
+
+
+@click.group(cls=_Interruptible, context_settings=_CONTEXT, epilog=exits.epilog())
 @click.version_option(__version__, "--version", "-V", prog_name="avatar-sdk")
-@click.option("-v", "--verbose", is_flag=True, help="Log what the SDK does (INFO) on stderr.")
+@click.option("-v", "--verbose", is_flag=True, help=_VERBOSE_HELP)
 def main(*, verbose: bool) -> None:
     """Live AI-avatar conversations from the command line.
 
@@ -397,6 +448,8 @@ def staging_serve(
         code = exits.REFUSED
     sys.exit(code)
 
+
+_add_verbose(main)
 
 if __name__ == "__main__":
     main(prog_name="avatar-sdk")

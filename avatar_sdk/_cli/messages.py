@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from ..errors import AvatarError, ErrorCode
+from ..errors import NOT_SOCKETIO, AvatarError, ErrorCode
 
 #: The library's keyword arguments, as the flags of ``avatar-sdk talk`` that set them.
 _FLAGS: Final = (
@@ -21,6 +21,8 @@ _HINTS: Final = {
     ErrorCode.UNREACHABLE: "check the URL and that the server is running",
     ErrorCode.TLS_FAILED: "a private CA can be trusted with --ca-file",
 }
+#: The hint of a URL that answers HTTP but is not the avatar service (a refused upgrade).
+_WRONG_SERVER: Final = "check the URL: it must be the avatar service's address, not a web page's"
 
 
 def _flags(text: str) -> str:
@@ -53,6 +55,8 @@ def error_line(error: AvatarError, *, attempts: int = 1) -> str:
         return insecure_line(error)
     line = _flags(str(error))
     hint = _HINTS.get(error.code)
+    if error.code is ErrorCode.BAD_REQUEST and NOT_SOCKETIO in (error.detail or ""):
+        hint = _WRONG_SERVER
     tried = f" after {attempts} attempts" if attempts > 1 else ""
     if hint is not None or tried:
         line = f"{line}{tried}" + (f"; {hint}" if hint else "")

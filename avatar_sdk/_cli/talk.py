@@ -139,11 +139,14 @@ def _duration(path: Path) -> float:
 
 class _Lines:
     """stdin lines for an asyncio loop, read on a daemon thread (a blocked read never holds
-    up the exit, which a loop executor would)."""
+    up the exit, which a loop executor would). The lines stop at the end of stdin, or as
+    soon as ``until`` is set (the session ended: no turn can be taken any more, and the
+    command exits with stdin still open)."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], until: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._until = until
         threading.Thread(target=self._read, args=(stream,), daemon=True).start()
 
     def _read(self, stream: IO[str]) -> None:
@@ -159,8 +162,22 @@ class _Lines:
             return False
         return True
 
+    async def _next(self) -> str | None:
+        """The next line; None at the end of stdin or once ``until`` is set."""
+        if self._until.is_set():
+            return None
+        line = asyncio.ensure_future(self._queue.get())
+        ended = asyncio.ensure_future(self._until.wait())
+        try:
+            await asyncio.wait((line, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            if not line.done():
+                line.cancel()
+        return line.result() if line.done() and not line.cancelled() else None
+
     async def __aiter__(self) -> AsyncIterator[str]:
-        while (line := await self._queue.get()) is not None:
+        while (line := await self._next()) is not None:
             if line.strip():
                 yield line.strip()
 
@@ -185,6 +202,8 @@ class Talk:
         self.held: list[Event] | None = None
         #: Set at each start of an answer (or of the user's heard speech), for --audio.
         self.activity = asyncio.Event()
+        #: Set when the session ends (its ``ended`` event): stdin is no longer read.
+        self.over = asyncio.Event()
 
     # -- output ------------------------------------------------------------------------------
     def error(self, text: str) -> None:
@@ -349,6 +368,7 @@ class Talk:
         """How the session ended, and whether the avatar is answering (for --audio)."""
         if event.name == "ended":
             self.ended = dict(event.data)
+            self.over.set()
         elif event.name == "agent_speech_started" or (
             event.name == "user_transcription" and event.data.get("final")
         ):
@@ -360,6 +380,7 @@ class Talk:
         policy = RetryPolicy(max_attempts=attempts, initial=0.5, base=1.0, cap=10.0)
         for attempt in range(1, attempts + 1):
             self.ended = None
+            self.over.clear()
             try:
                 session = self.session = self._build()
             except AvatarError as error:  # the arguments (URL, --insecure, a file): usage
@@ -407,7 +428,7 @@ class Talk:
             for text in opts.turns:
                 await self._turn(session, text)
         elif opts.audio is None:
-            async for text in _Lines(self.stdin):
+            async for text in _Lines(self.stdin, self.over):
                 await self._turn(session, text)
         if self.played is not None:
             await self._audio_sent(session)

@@ -22,6 +22,7 @@ class EventName(StrEnum):
     # Connectivity
     STATE_CHANGED = "state_changed"
     CONNECTED = "connected"
+    THREAD_KNOWN = "thread_known"
     CONNECT_RETRYING = "connect_retrying"
     RECONNECTING = "reconnecting"
     RECONNECTED = "reconnected"
@@ -90,6 +91,14 @@ class ConnectedPayload(TypedDict):
 
     thread_id: str | None
     duration: float  # connect() to usable
+
+
+class ThreadKnownPayload(TypedDict):
+    """The conversation's thread id was adopted from the server (the greeting's first
+    delta carries it), once per session; ``connect()`` waits for it within the greeting.
+    A session given ``thread_id=`` knows it from the start and never emits this."""
+
+    thread_id: str  # keep it to resume the conversation later (AvatarSession(thread_id=...))
 
 
 class ConnectRetryingPayload(TypedDict):
@@ -473,6 +482,7 @@ class SessionExpiringPayload(TypedDict):
 PAYLOADS: Final[dict[EventName, type]] = {
     EventName.STATE_CHANGED: StateChangedPayload,
     EventName.CONNECTED: ConnectedPayload,
+    EventName.THREAD_KNOWN: ThreadKnownPayload,
     EventName.CONNECT_RETRYING: ConnectRetryingPayload,
     EventName.RECONNECTING: ReconnectingPayload,
     EventName.RECONNECTED: ReconnectedPayload,

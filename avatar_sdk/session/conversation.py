@@ -43,9 +43,14 @@ class ConversationView:
         """Public events for one inbound event (possibly none)."""
         if isinstance(event, AgentRawText):
             seg = event.segment
+            known: list[PublicEvent] = []
             if seg.thread_id and self.thread_id is None:
+                # Adopted from the first delta that carries it (the greeting's first
+                # ``think`` / ``init_response``): announced at once, before that segment.
                 self.thread_id = seg.thread_id
+                known.append(("thread_known", {"thread_id": seg.thread_id}))
             return [
+                *known,
                 (
                     "agent_text",
                     {
@@ -58,7 +63,7 @@ class ConversationView:
                         # thinking or UI payloads): the one filter a transcript needs.
                         "spoken": seg.is_spoken,
                     },
-                )
+                ),
             ]
         if isinstance(event, AgentStartSpeech):
             self.speech_id, self.turn_id = event.speech_id, event.turn_id

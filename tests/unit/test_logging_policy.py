@@ -221,20 +221,23 @@ def test_every_sdk_logger_scrubs_a_registered_secret() -> None:
     assert (redacted, leaked) == (loggers, 0)
 
 
-def test_library_log_downgrades_only_what_is_expected(caplog: pytest.LogCaptureFixture) -> None:
+def test_library_log_says_at_info_what_nobody_expected(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 33, item 3: a library's warning used to stay a warning when the SDK did not
+    # expect it, a bare line on stderr with no logging configured; the SDK tells the end
+    # of a connection itself: the library's line is INFO detail (DEBUG when expected).
     caplog.set_level(logging.DEBUG)
     expected = False
     adapter = library_log("avatar_sdk.transport.engineio", lambda: expected)
     adapter.info("Sending packet %s", "PING")  # per-packet chatter: dropped
     adapter.warning("Server sent close packet data %s, aborting", 1000)
+    adapter.error("packet queue is empty, aborting")
     expected = True
     adapter.warning("Server sent close packet data %s, aborting", None)
-    adapter.error("packet queue is empty, aborting")  # an error is never downgraded
     records = [r for r in caplog.records if r.name == "avatar_sdk.transport.engineio"]
     assert [(r.levelno, r.getMessage()) for r in records] == [
-        (logging.WARNING, "Server sent close packet data 1000, aborting"),
+        (logging.INFO, "Server sent close packet data 1000, aborting"),
+        (logging.INFO, "packet queue is empty, aborting"),
         (logging.DEBUG, "Server sent close packet data None, aborting"),
-        (logging.ERROR, "packet queue is empty, aborting"),
     ]
     # the SDK's logger carries the redacting filter, like every SDK module's
     assert REDACTING_FILTER in logging.getLogger("avatar_sdk.transport.engineio").filters

@@ -25,6 +25,7 @@ from ...observe import Observer, observers_of
 from ...redact import register_secret
 from ...wire.disconnect import is_recoverable
 from ..net.tls import connector, tls_error, unreachable_error
+from ..net.upgrade import upgrade_refused
 from .csr import RecoveringAsyncClient
 from .frame_guard import ProtocolErrorSink, guarded_websocket
 
@@ -164,6 +165,7 @@ class ControlChannel:
             max_message_size=self._max_message_size,
             now=self._now,
         )
+        client.on("connect", self._handle_connect)
         client.on("*", self._handle_event)
         client.on("disconnect", self._handle_disconnect)
         self._client = client
@@ -207,8 +209,6 @@ class ControlChannel:
             raise self._failed(self._classify(exc)) from None
         self.connect_count += 1
         self.last_activity = self._now()
-        sid, recovered = self.sid or "", bool(client.recovered)
-        self._observer.socket_opened(self._link, sid, recovered)
         return ConnectOutcome(
             sid=self.sid or "",
             recovered=bool(client.recovered),
@@ -216,15 +216,31 @@ class ControlChannel:
             duration=self._now() - started,
         )
 
+    def _handle_connect(self) -> None:
+        """The server's CONNECT reply, handled before any event the server sent after it:
+        the observers hear of the open here, not when ``connect()`` returns. Since Python
+        3.12 (``asyncio.wait_for`` no longer wraps the awaitable in a task, gh-96764)
+        engine.io handles the messages of one read without a yield, so an event written
+        with the CONNECT reply (``onServerConnected``) used to be told first: a cassette
+        said ``in`` before ``open`` and its replay never sent that event (issue 33)."""
+        client = self._client
+        if client is None:
+            return
+        sid = client.get_sid("/")
+        recovered = bool(client.recovered)
+        self._observer.socket_opened(self._link, sid if isinstance(sid, str) else "", recovered)
+
     def _failed(self, error: AvatarError) -> AvatarError:
         self._observer.socket_failed(self._link, str(error.code))
         return error
 
     def _classify(self, exc: BaseException) -> AvatarError:
-        """Why the socket did not open: TLS, an unreachable host, or a lost connection."""
+        """Why the socket did not open: TLS, an unreachable host, an HTTP answer that is not
+        a websocket upgrade (some other server), or a lost connection."""
         return (
             tls_error(exc, "Socket.IO")
             or unreachable_error(exc, "Socket.IO")
+            or upgrade_refused(exc, "Socket.IO")
             or AvatarError(ErrorCode.TRANSPORT_CLOSED, type(exc).__name__)
         )
 
