@@ -87,8 +87,12 @@ demo: $(STAMP)
 # worker each (the Ray tests: two Ray instances starting at once starve a 2-core machine).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 ? 16 : n * 2 )))
 
+# The real-time audio loop (PulseAudio, the speaker, the echo canceller) runs first and alone:
+# it plays in real time, and the parallel suite's workers starving it underrun the device loop
+# (a test, not the SDK, would then fail). Everything else runs in parallel after it.
 test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools
-	$(PY) -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -m 'realtime_audio and not slow and not netlab'
+	$(PY) -m pytest -q -m 'not slow and not netlab and not realtime_audio' -n $(TEST_WORKERS) --dist loadgroup
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
 # .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
@@ -99,7 +103,8 @@ MATRIX ?= 3.12 3.13
 test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow and not netlab'"; \
-	  .venv-$$v/bin/python -m pytest -q -m 'not slow and not netlab' -n $(TEST_WORKERS) --dist loadgroup; \
+	  .venv-$$v/bin/python -m pytest -q -m 'realtime_audio and not slow and not netlab'; \
+	  .venv-$$v/bin/python -m pytest -q -m 'not slow and not netlab and not realtime_audio' -n $(TEST_WORKERS) --dist loadgroup; \
 	done
 
 .venv-%/.installed: pyproject.toml

@@ -92,6 +92,6 @@ def downlink_down(
         return dead
     silent = silence(now, last_media_at, subscribed_at, watching_since)
     if silent is not None and silent > stall_timeout:
-        # To the millisecond's tens: a verdict 20 ms past the bound must not read as the bound.
+        # To 10 ms: a verdict 20 ms past the bound must not read as the bound itself.
         return ChannelDown(DownKind.NO_MEDIA, f"no media for {round(silent, 2):g}s")
     return None
