@@ -38,6 +38,7 @@ from .core.machine import SessionMachine
 from .core.stats import SessionStats
 from .endings import Endings
 from .genie_host import GenieHost
+from .greeting import GreetingGate
 from .inbound import InboundHandler
 from .link import LinkBuilder, LinkListener, MediaSpec, ServerLink
 from .link_slot import LinkSlot
@@ -93,6 +94,7 @@ class SessionParts:
     watches: Watches
     connecting: Connecting
     turns: UserTurns
+    greeting: GreetingGate
 
 
 def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -> SessionParts:
@@ -282,6 +284,7 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
         observers=observers,
         uplink_track=uplink_track,
     )
+    turns = UserTurns(clock=clock, desk=desk, replies=replies, supervisor=supervisor, media=media)
     return SessionParts(
         config=cfg,
         clock=clock,
@@ -320,9 +323,8 @@ def assemble(spec: SessionSpec, bus: EventBus, *, owner: object | None = None) -
             endings=endings,
             stats=stats,
         ),
-        turns=UserTurns(
-            clock=clock, desk=desk, replies=replies, supervisor=supervisor, media=media
-        ),
+        turns=turns,
+        greeting=GreetingGate(config=cfg, clock=clock, bus=bus, view=view, turns=turns),
     )
 
 

@@ -10,7 +10,6 @@ of observers (``avatar_sdk.observe``). ``docs/architecture.md`` draws who owns w
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from ..clock import Clock
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, RetryPolicy, SessionConfig
 from ..errors import AvatarError, ErrorCode
-from ..events.bus import EventSource, Expectation
+from ..events.bus import EventSource
 from ..lifecycle.registry import LIVE_SESSIONS
 from ..logs import sdk_logger
 from ..observe import Instrumentation, Observer, Observers
@@ -288,50 +287,18 @@ class AvatarSession(EventSource):
         if not self._machine.idle:
             raise AvatarError(ErrorCode.INVALID_STATE, f"connect() in state {self.state}")
         self._call("connect")
-        # Registered before the connect sequence: the greeting may begin before it returns.
-        thread = self._bus.expect("thread_known") if self.thread_id is None else None
-        first_text = self._bus.expect("agent_text") if thread is not None else None
+        gate = self._parts.greeting
+        watch = gate.watch_thread()  # before the sequence: the greeting may begin meanwhile
         try:
             duration = await self._parts.connecting.run(retry)
         except BaseException:
-            for waiter in (thread, first_text):
-                if waiter is not None:
-                    waiter.cancel()
+            if watch is not None:
+                watch.cancel()
             raise
         self._parts.watches.start(self.close)
         self._bus.emit("connected", {"thread_id": self.thread_id, "duration": duration})
-        if thread is not None and first_text is not None:
-            await self._until_thread_known(thread, first_text)
         greet = self.config.wait_for_greeting if wait_for_greeting is None else wait_for_greeting
-        if greet:
-            limit = self.config.greeting_timeout
-            try:
-                await self._parts.turns.until_floor(self._clock.monotonic() + limit)
-            except TimeoutError:
-                log.info("the greeting was not over within %.3gs; connect() returns", limit)
-
-    async def _until_thread_known(self, thread: Expectation, first_text: Expectation) -> None:
-        """Within the greeting gate, until the thread id is known: it rides the greeting's
-        first delta (``think`` / ``init_response``), so connect() waits for that delta,
-        at most until the greeting is over (or known never to begin, ``agent_timeout``),
-        bounded by ``greeting_timeout``. A server that sends no thread id costs nothing
-        more than its first delta; ``thread_known`` announces a later adoption anyway."""
-        deadline = self._clock.monotonic() + self.config.greeting_timeout
-        waits = [
-            asyncio.ensure_future(thread.wait()),
-            asyncio.ensure_future(first_text.wait()),
-            asyncio.ensure_future(self._parts.turns.until_floor(deadline)),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            thread.cancel()
-            first_text.cancel()
-            for wait in waits:
-                wait.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
-        if self.thread_id is None:
-            log.info("no thread id within the greeting; thread_known will tell it")
+        await gate.after_connect(watch, greeting=greet)
 
     def _call(self, name: str, **args: Any) -> None:
         observers = self._parts.observers
