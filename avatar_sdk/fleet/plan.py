@@ -227,7 +227,7 @@ class FleetPlan:
     base_dir: str | None = None
     telemetry: FleetTelemetry | None = None
     #: Once a worker's sessions are connected, freeze them out of the garbage collector's
-    #: full collections (:mod:`avatar_sdk.collector`), which otherwise pause every session
+    #: full collections (:mod:`avatar_sdk.fleet.collector`), which otherwise pause every session
     #: of the process at once; False: the collector as the application left it.
     freeze_gc: bool = True
 

@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..collector import CollectorFreeze
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..telemetry import names as tn
+from .collector import CollectorFreeze
 from .context import AudioProbe, Scenario, ScenarioContext, sleep_unless
 from .measure import Measurement, measurement
 
@@ -467,7 +467,7 @@ async def _run_sessions(
             emit(measurement("session_finished", index, worker, **finished))
         return
     # Once every session of this worker is connected, a full collection no longer walks
-    # their graphs (it paused all of them at once: avatar_sdk.collector).
+    # their graphs (it paused all of them at once: avatar_sdk.fleet.collector).
     collector = CollectorFreeze(len(assignment.sessions)) if assignment.plan.freeze_gc else None
     try:
         async with asyncio.TaskGroup() as tasks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from avatar_sdk.collector import CollectorFreeze
+from avatar_sdk.fleet.collector import CollectorFreeze
 from avatar_sdk.fleet.plan import FleetPlan, SessionSpec
 
 
