@@ -226,6 +226,10 @@ class FleetPlan:
     greeting_timeout: float = 30.0
     base_dir: str | None = None
     telemetry: FleetTelemetry | None = None
+    #: Once a worker's sessions are connected, freeze them out of the garbage collector's
+    #: full collections (:mod:`avatar_sdk.fleet.collector`), which otherwise pause every session
+    #: of the process at once; False: the collector as the application left it.
+    freeze_gc: bool = True
 
     def __post_init__(self) -> None:
         owner = "FleetPlan"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..telemetry import names as tn
+from .collector import CollectorFreeze
 from .context import AudioProbe, Scenario, ScenarioContext, sleep_unless
 from .measure import Measurement, measurement
 
@@ -154,9 +155,12 @@ class _SessionRun:
         stop: asyncio.Event,
         *,
         tracing: _Tracing | None = None,
+        collector: CollectorFreeze | None = None,
     ) -> None:
         self.assignment = assignment
         self.tracing = tracing
+        #: Told once this session is connected or will never be (``FleetPlan.freeze_gc``).
+        self.collector = collector
         self.plan = assignment.plan
         self.index = index
         self.scenario = scenario
@@ -254,11 +258,17 @@ class _SessionRun:
         except Exception as exc:  # a bug of the fleet itself: reported, never spread
             log.error("fleet session %d failed: %r", self.index, exc, exc_info=exc)
             code = "internal"
+        finally:
+            self._settled()  # it never connected, or it is over
         seconds = time.monotonic() - started
         if code is None:
             self.measure("session_finished", status="ok", seconds=seconds)
         else:
             self.measure("session_finished", status="failed", code=code, seconds=seconds)
+
+    def _settled(self) -> None:
+        if self.collector is not None:
+            self.collector.settled(self.index)
 
     async def _traced_live(self) -> str | None:
         if self.tracing is None:
@@ -309,6 +319,8 @@ class _SessionRun:
             except BaseException:
                 greeting.cancel()
                 raise
+            finally:
+                self._settled()
             self.measure("connected", seconds=time.monotonic() - started)
             audio = session.avatar_audio if plan.session.media else None
             listener = AudioProbe(audio) if audio is not None else None
@@ -454,7 +466,16 @@ async def _run_sessions(
             finished = {"status": "failed", "code": code, "seconds": 0.0}
             emit(measurement("session_finished", index, worker, **finished))
         return
-    async with asyncio.TaskGroup() as tasks:
-        for index in assignment.sessions:
-            run = _SessionRun(assignment, index, scenario, emit, stop, tracing=tracing)
-            tasks.create_task(run.run(), name=f"avatar-fleet:session-{index}")
+    # Once every session of this worker is connected, a full collection no longer walks
+    # their graphs (it paused all of them at once: avatar_sdk.fleet.collector).
+    collector = CollectorFreeze(len(assignment.sessions)) if assignment.plan.freeze_gc else None
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            for index in assignment.sessions:
+                run = _SessionRun(
+                    assignment, index, scenario, emit, stop, tracing=tracing, collector=collector
+                )
+                tasks.create_task(run.run(), name=f"avatar-fleet:session-{index}")
+    finally:
+        if collector is not None:
+            collector.unfreeze()

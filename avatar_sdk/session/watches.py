@@ -9,6 +9,7 @@ supervisor; each one's rule lives in its own part, this only starts them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from ..lifecycle.completion import CompletionSignal, IdleTimer, default_hooks
 from ..observe import Observers
 from ..transport.liveness.netchange import brings_a_path
 from ..transport.net.netwatch import NetworkWatcher
+from ..transport.net.shared_watch import NETWORK_WATCHERS
 from ..transport.rtc.asr import UplinkTrack
 from .core.machine import SessionMachine
 from .endings import Endings
@@ -62,10 +64,7 @@ class Watches:
         if cfg.socket_probe_interval > 0:
             spawn(self.recovery.socket_watchdog(), "socket-watchdog")
         if cfg.watch_network:
-            self.network_watcher = NetworkWatcher(
-                self.network_changed, clock=self.clock, poll_interval=cfg.network_poll_interval
-            )
-            spawn(self.network_watcher.run(), "network-watch")
+            spawn(self.watch_network(), "network-watch")
         if cfg.renewal is not None:
             spawn(self.renewal.watch(), "renewal-watch")
         self.completion.hold()
@@ -79,6 +78,15 @@ class Watches:
             spawn(self.guards.run_watchdog(lambda: self.machine.connected), "brain-watchdog")
         if self.observers and self.media:
             spawn(self.media_samples(), "media-samples")
+
+    async def watch_network(self) -> None:
+        """Subscribed to the process's one host network watcher (shared by every session:
+        :mod:`~avatar_sdk.transport.net.shared_watch`) until cancelled."""
+        async with NETWORK_WATCHERS.subscribe(
+            self.network_changed, clock=self.clock, poll_interval=self.config.network_poll_interval
+        ) as watcher:
+            self.network_watcher = watcher
+            await asyncio.Event().wait()  # until the session's supervisor cancels it
 
     def network_changed(self, what: str) -> None:
         """The host network changed (``what``): only a change that brings a new path is

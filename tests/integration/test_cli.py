@@ -189,10 +189,6 @@ async def test_talk_4_capacity_wait_exhausted(staging: StagingServer) -> None:
     assert "no capacity: queued" in result.stdout
 
 
-@pytest.mark.staging_leftovers(
-    "issue 32: a sid of the CLI's worker-thread session stays live at the server"
-    " (not investigated yet)"
-)
 async def test_talk_5_gave_up_after_retries(staging: StagingServer) -> None:
     """A cold reconnect that cannot succeed (the agent never shows) exhausts its budget."""
     staging.brain.stall(10)  # the CLI is waiting for this answer when the faults hit
@@ -225,10 +221,6 @@ async def test_talk_5_connect_attempts_exhausted() -> None:
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.staging_leftovers(
-    "issue 32: after agent_crash a sid of the CLI's worker-thread session stays live"
-    " (not investigated yet)"
-)
 @pytest.mark.parametrize("fault", ["end_conversation", "agent_crash", "server_disconnect"])
 async def test_talk_6_server_ended_the_conversation(staging: StagingServer, fault: str) -> None:
     staging.brain.stall(10)

@@ -184,6 +184,8 @@ class ControlChannel:
         assert self._client is not None
         client = self._client
         started = self._now()
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(timeout):
                 await client.connect(
@@ -207,6 +209,15 @@ class ControlChannel:
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             await self._drop_quietly()
             raise self._failed(self._classify(exc)) from None
+        if task is not None and task.cancelling() > cancels:
+            # Cancelled as the CONNECT reply arrived: python-socketio waits for it with
+            # asyncio.wait_for, which on Python 3.11 returns the reply and swallows the
+            # cancellation (CPython gh-86296). The cancellation is restored: a caller that
+            # went on would use the socket after close() (a socket tier's probe and
+            # re-assertion, a cold attempt's join). The socket is left as a cancel landing
+            # a moment earlier leaves it, to the channel's close (graceful: a server
+            # session released at once, not kept for recovery as an abort would).
+            raise asyncio.CancelledError
         self.connect_count += 1
         self.last_activity = self._now()
         return ConnectOutcome(

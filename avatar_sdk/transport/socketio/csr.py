@@ -217,12 +217,16 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         Stock ``disconnect()`` closes the websocket before its DISCONNECT packet is flushed,
         so a CSR server keeps a recoverable session for every intentional disconnect.
         Flushing the write queue first fixes that; the session is forgotten locally too.
+        A connect cut short (its caller cancelled while, or just as, the CONNECT reply came)
+        has a server session too, though ``connected`` is not set yet: whenever the
+        transport is up, the DISCONNECT is sent (a server that never made the session
+        ignores it).
         """
         self._closing = True
         self.forget()
         try:
-            if self.connected:
-                for ns in list(self.namespaces):
+            if self.connected or self.eio.state == "connected":
+                for ns in list(self.namespaces) or ["/"]:
                     await self._send_packet(self.packet_class(sio_packet.DISCONNECT, namespace=ns))
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout / 2):
