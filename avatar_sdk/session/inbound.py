@@ -11,6 +11,7 @@ task. Nothing here may raise into the socket's read loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -124,7 +125,16 @@ class InboundHandler:
         if link is not self.slot.current:
             return
         decision = decide_disconnect(self.machine.state, reason)
-        log.info("socket disconnected (%s) in %s: %s", reason, self.machine.state, decision.action)
+        # A drop nobody asked for is news, said once in the SDK's words (the socket
+        # libraries' own lines about it are INFO: logs.py); anything else is routine.
+        unasked = decision.action in ("recover_socket", "recover_cold", "end")
+        log.log(
+            logging.WARNING if unasked else logging.INFO,
+            "control socket disconnected (%s) in %s: %s",
+            reason,
+            self.machine.state,
+            decision.action,
+        )
         code = (
             ErrorCode.SERVER_ENDED if reason == IO_SERVER_DISCONNECT else ErrorCode.TRANSPORT_CLOSED
         )

@@ -39,8 +39,15 @@ SERVER_TIMEOUT = 0.2
 
 @pytest_asyncio.fixture
 async def session(staging: StagingServer) -> AsyncIterator[AvatarSession]:
+    # A known thread: connect() returns right after the approval is queued (it waits for the
+    # greeting's first delta only to learn a thread it does not have).
     made = AvatarSession(
-        staging.url, staging.token, media=False, allow_insecure_transport=True, config=PROBING
+        staging.url,
+        staging.token,
+        media=False,
+        allow_insecure_transport=True,
+        config=PROBING,
+        thread_id="thread-lost-client",
     )
     try:
         yield made

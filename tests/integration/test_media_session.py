@@ -61,6 +61,8 @@ async def test_av_session_connects_through_the_media_steps_and_decodes_frames(
     session = _session(staging)
     states: list[str] = []
     session.on("state_changed", lambda e: states.append(e.data["state"]))
+    # Asked before connect(), which returns once the greeting has begun (its thread id).
+    started = session.expect("agent_speech_started", timeout=10)
     try:
         await session.connect()
         assert states[-4:] == [
@@ -73,7 +75,7 @@ async def test_av_session_connects_through_the_media_steps_and_decodes_frames(
         assert lanes is not None and lanes.stv is not None
         assert not lanes.gate_capped  # approved after a decoded frame, not on the cap
         first_video = lanes.stv.first_frame_at["video"]
-        await session.wait_for("agent_speech_started", timeout=3)  # the server got the approval
+        await started  # the server got the approval
         approve = staging.received_events("approvedPermissions")[0].at
         assert approve >= first_video + 0.3  # the 0.3 s settle after the first frame
         assert session.avatar_video is not None and session.avatar_audio is not None

@@ -386,8 +386,10 @@ async def test_turns_typed_during_the_greeting_go_as_one(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
     session = make_session()
+    # Asked before connect(), which returns once the greeting has begun (its thread id).
+    started = session.expect("agent_speech_started", timeout=2)
     await session.connect()
-    await session.wait_for("agent_speech_started", timeout=2)  # the greeting is on
+    await started  # the greeting is on
     await asyncio.wait_for(asyncio.gather(session.speak("first"), session.speak("second")), 3)
     conv = staging.conversations[staging.live_sids[0]]
     assert await until(lambda: conv.user_turns == ["first\nsecond"], 2)
@@ -511,8 +513,10 @@ async def test_a_voice_turn_during_the_greeting_is_dropped(
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
     session = make_session()
+    # Asked before connect(), which returns once the greeting has begun (its thread id).
+    started = session.expect("agent_speech_started", timeout=2)
     await session.connect()
-    await session.wait_for("agent_speech_started", timeout=2)
+    await started
     onset = session.expect("user_started_talking", timeout=3)
     await staging.brain.voice_turn("too early")
     await onset  # the server's VAD heard it...

@@ -44,8 +44,10 @@ async def test_turns_held_during_the_greeting_are_joined_only_as_far_as_they_fit
     staging: StagingServer, make_session: SessionFactory
 ) -> None:
     session = make_session()
+    # Asked before connect(), which returns once the greeting has begun (its thread id).
+    started = session.expect("agent_speech_started", timeout=2)
     await session.connect()
-    await session.wait_for("agent_speech_started", timeout=2)  # the greeting is on
+    await started  # the greeting is on
     texts = ["a" * 5000, "b" * 2000, "c" * 5000]
     await asyncio.wait_for(asyncio.gather(*(session.speak(t) for t in texts)), 5)
     conv = staging.conversations[staging.live_sids[0]]

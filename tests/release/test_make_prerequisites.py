@@ -86,7 +86,9 @@ def test_workers_follow_the_cpus() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     cpus = len(os.sched_getaffinity(0))
-    # The pytest line itself: under an outer `make test` (CI), make adds "Entering/Leaving
-    # directory" lines around it.
-    (pytest_line,) = [line for line in proc.stdout.splitlines() if "-m pytest" in line]
-    assert f"-n {min(2 * cpus, 16)}" in pytest_line
+    # The pytest lines: under an outer `make test` (CI), make adds "Entering/Leaving
+    # directory" lines around them. The real-time audio loop runs first, alone; the parallel
+    # suite after it, on the workers.
+    alone, parallel = [line for line in proc.stdout.splitlines() if "-m pytest" in line]
+    assert "realtime_audio" in alone and " -n " not in alone
+    assert f"-n {min(2 * cpus, 16)}" in parallel

@@ -125,3 +125,15 @@ def test_a_video_frame_is_held_until_its_voice_is_handed_on_and_no_longer() -> N
     # A voice far behind: held at most MAX_HOLD.
     timeline.place("audio", T0 + 2.0, 104.0)
     assert timeline.video_release(T0 + 2.0, 102.010) == pytest.approx(102.010 + MAX_HOLD)
+
+
+def test_before_its_reports_a_track_is_spaced_by_its_rtp_clock_not_its_arrivals() -> None:
+    """Frames handed on with arrival jitter (a loaded loop) keep their media spacing: a
+    reader sees consecutive voice frames 960 samples apart before the first report too."""
+    timeline = PresentationTimeline()
+    arrivals = [50.0, 50.031, 50.045, 50.072, 50.080]  # 20 ms frames, handed on unevenly
+    placed = [
+        timeline.place("audio", None, at, rtp=1_000 + 960 * i) for i, at in enumerate(arrivals)
+    ]
+    samples = [round(p * 48_000) for p in placed]
+    assert all(b - a == 960 for a, b in itertools.pairwise(samples)), samples

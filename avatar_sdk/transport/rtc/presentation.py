@@ -71,7 +71,7 @@ class Presenter:
         rtp = tap.rtp_timestamp(getattr(frame, "pts", None))
         sent = sender.sender_time(rtp) if rtp is not None else None
         base = TIME_BASES[kind]
-        frame.pts = round(timeline.place(kind, sent, now) / base)
+        frame.pts = round(timeline.place(kind, sent, now, rtp) / base)
         frame.time_base = base
         if kind != "video":
             out.push(frame)  # the voice is never held

@@ -14,7 +14,9 @@ sender's one clock (RFC 3550 6.4.1; libwebrtc's RtpToNtpEstimator and stream syn
   sender clock and starts afresh.
 * :class:`PresentationTimeline`: a frame's presentation time (seconds from the session's
   first frame, one timeline for both tracks), strictly increasing per track. Before a
-  track's first report it is placed by its arrival (less the other track's extra transit).
+  track's first report its first frame is placed by its arrival (less the other track's
+  extra transit) and the next ones by their RTP timestamps from it: a frame handed on late
+  by a busy loop keeps its media spacing (consecutive voice frames 960 samples apart).
 * :meth:`PresentationTimeline.video_release`: when to hand a video frame on so that it
   meets the voice of the same instant: the voice's current transit (arrival at the app less
   sender time) after its sender time, at most :data:`MAX_HOLD` later. The voice is never
@@ -109,6 +111,9 @@ class _Track:
     #: Arrival less sender time of its last frame placed by a report, and when it arrived.
     transit: float | None = None
     transit_at: float = 0.0
+    #: Before the track's first report: (RTP timestamp, receiver time) of its first frame,
+    #: the provisional mapping of its clock.
+    provisional: tuple[int, float] | None = None
 
 
 class PresentationTimeline:
@@ -132,11 +137,16 @@ class PresentationTimeline:
             return None
         return track.transit
 
-    def place(self, kind: str, sender_time: float | None, arrival: float) -> float:
+    def place(
+        self, kind: str, sender_time: float | None, arrival: float, rtp: int | None = None
+    ) -> float:
         """The presentation time (s) of a ``kind`` frame of ``sender_time`` (None: no report
-        for its track yet) handed on at ``arrival`` (monotonic s)."""
+        for its track yet) and RTP timestamp ``rtp``, handed on at ``arrival`` (monotonic s)."""
         track = self._tracks[kind]
-        if sender_time is not None:
+        if sender_time is None and rtp is not None and track.provisional is not None:
+            first_rtp, first_at = track.provisional
+            at = first_at + _ticks_between(rtp, first_rtp) * track.tick
+        elif sender_time is not None:
             transit = arrival - sender_time
             track.transit, track.transit_at = transit, arrival
             if self._offset is None or abs(transit - self._offset) > RESTART:
@@ -148,6 +158,8 @@ class PresentationTimeline:
             other = self._fresh_transit("video" if kind == "audio" else "audio", arrival)
             extra = 0.0 if other is None or self._offset is None else other - self._offset
             at = arrival - extra
+            if rtp is not None:
+                track.provisional = (rtp, at)
         if self._origin is None:
             self._origin = at
         placed = at - self._origin
