@@ -137,8 +137,12 @@ class StagingMedia:
     :meth:`asr_stats`.
     """
 
-    #: How long an ICE path that died is hidden from DTLS, waiting for an ICE restart (s).
-    ice_restart_grace = 10.0
+    #: How long an ASR ICE path that died is hidden from DTLS, waiting for an ICE restart
+    #: (s). None (the default): for as long as the server session lives, as a media server
+    #: keeps a DTLS session whose ICE failed: a restart offer that comes after the server's
+    #: consent checks gave up (a browser calls ICE failed only after about 30 s, when the
+    #: server's checks give up too) is applied in place, however late, and audio flows on.
+    ice_restart_grace: float | None = None
     #: Bound on a WHEP POST held by ``stuck_ice("stv", mode="no_answer")`` (s).
     stuck_hold_max = 60.0
     #: A POST finding a connected viewer waits this long for it to go before 409 (s): a
