@@ -25,6 +25,9 @@ class Endpoint(Protocol):
     @property
     def public_url(self) -> str: ...
 
+    @property
+    def media_url(self) -> str: ...
+
 
 class Pacing(Protocol):
     """The backend's timing knobs, read at every use (a test may change them mid-run)."""
