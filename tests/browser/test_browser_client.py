@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aioice.ice
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -159,3 +160,29 @@ async def test_a_browser_talks_to_the_staging(staging: StagingServer, page: Page
     # The fake microphone heard by the staging: decoded frames with sound in them.
     assert await until(lambda: staging.media.asr_stats(sid).frames >= 50, 10)
     assert max(staging.media.asr_peer(sid).levels_since(0)) > 0.01
+
+
+async def test_a_browser_restarts_ice_after_the_staging_gave_up(
+    staging: StagingServer, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uplink blackhole; the staging's consent checks give up (its peer ``failed``), then
+    the page's ``restartIce()`` with an ``is_reconnect`` offer: audio flows again. The
+    staging's checks run every 0.2 s here (it gives up in about 1.5 s, not 30 s)."""
+    monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", 0.2)
+    await page.evaluate(
+        "([url, token]) => window.client.connect(url, token)", [staging.url, staging.token]
+    )
+    [sid] = staging.live_sids
+    assert await until(lambda: staging.media.asr_stats(sid).frames >= 50, 10)
+    assert await staging.faults.ice_failure("asr", mode="blackhole") == 1
+    assert await until(lambda: staging.media.asr_stats(sid).peer_state == "failed", 20)
+    await asyncio.sleep(11.0)  # a browser calls ICE failed late (the staging once gave 10 s)
+    before = staging.media.asr_stats(sid).frames
+    await page.evaluate("window.client.restartIce()")
+    assert await until(lambda: staging.media.asr_stats(sid).frames >= before + 50, 15), (
+        staging.media.asr_stats(sid),
+        await _state(page),
+    )
+    stats = staging.media.asr_stats(sid)
+    assert stats.ice_restarts == 1 and stats.peers_created == 1
+    assert max(staging.media.asr_peer(sid).levels_since(before)) > 0.01
