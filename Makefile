@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := tests/interop/node/node_modules/.installed
 DOCS_JS_STAMP := tools/docs-assets/node_modules/.installed
+BROWSER_JS_STAMP := tests/browser/web/node_modules/.installed
 
 .PHONY: demo test test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools audio-tools
 
@@ -27,13 +28,18 @@ $(NODE_STAMP): tests/interop/node/package.json
 	cd tests/interop/node && npm install --no-audit --no-fund --silent
 	@touch $(NODE_STAMP)
 
+# socket.io-client for the browser test client's page (tests/browser/web), from its own lock.
+$(BROWSER_JS_STAMP): tests/browser/web/package.json tests/browser/web/package-lock.json
+	cd tests/browser/web && npm ci --no-audit --no-fund --silent
+	@touch $(BROWSER_JS_STAMP)
+
 # The browser scripts the documentation site bundles so that it works offline (Mermaid, the
 # search worker's shim), from the project's own lock; tools/docs_offline.py publishes them.
 $(DOCS_JS_STAMP): tools/docs-assets/package.json tools/docs-assets/package-lock.json
 	cd tools/docs-assets && npm ci --no-audit --no-fund --silent
 	@touch $(DOCS_JS_STAMP)
 
-# Debian's Chromium for the docs' browser test (tests/release/test_docs_offline.py, driven by
+# Debian's Chromium for the browser tests (tests/release/test_docs_offline.py, tests/browser; driven by
 # Playwright, which downloads no browser): installed when missing and we are root (CI is),
 # else the command to run is printed and the target fails.
 chromium:
@@ -90,7 +96,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 
 # The real-time audio loop (PulseAudio, the speaker, the echo canceller) runs first and alone:
 # it plays in real time, and the parallel suite's workers starving it underrun the device loop
 # (a test, not the SDK, would then fail). Everything else runs in parallel after it.
-test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools
+test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) $(BROWSER_JS_STAMP) chromium netlab-tools audio-tools
 	$(PY) -m pytest -q -m 'realtime_audio and not slow and not netlab'
 	$(PY) -m pytest -q -m 'not slow and not netlab and not realtime_audio' -n $(TEST_WORKERS) --dist loadgroup
 
@@ -100,7 +106,7 @@ test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools
 # with that reason (tests/conftest.py), everything else runs.
 MATRIX ?= 3.12 3.13
 
-test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) chromium netlab-tools audio-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
+test-matrix: $(NODE_STAMP) $(DOCS_JS_STAMP) $(BROWSER_JS_STAMP) chromium netlab-tools audio-tools $(foreach v,$(MATRIX),.venv-$(v)/.installed)
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Python $$v: pytest -m 'not slow and not netlab'"; \
 	  .venv-$$v/bin/python -m pytest -q -m 'realtime_audio and not slow and not netlab'; \
@@ -145,4 +151,4 @@ diagram: $(STAMP)
 	$(PY) -m avatar_sdk._cli diagram
 
 clean:
-	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules tools/docs-assets/node_modules site
+	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules tools/docs-assets/node_modules tests/browser/web/node_modules site

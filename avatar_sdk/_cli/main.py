@@ -322,6 +322,7 @@ async def serve(
     token: str | None,
     advertise_host: str | None = None,
     *,
+    media_host: str | None = None,
     max_conversation_length: float | None = None,
     time_warning_before: float | None = None,
     one_session_per_thread: bool = False,
@@ -339,6 +340,7 @@ async def serve(
         port=port,
         token=token,
         advertise_host=advertise_host,
+        media_host=media_host,
         control_api=True,
         max_conversation_length=max_conversation_length,
         time_warning_before=time_warning_before,
@@ -390,6 +392,12 @@ def staging() -> None:
     help="Host name in the URLs handed to clients (the WHEP URL), instead of --host.",
 )
 @click.option(
+    "--media-host",
+    default=None,
+    metavar="NAME",
+    help="Host name of the WHEP URL only (a public name for clients refusing private hosts).",
+)
+@click.option(
     "--max-conversation-length",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -414,6 +422,7 @@ def staging_serve(
     port: int,
     token: str | None,
     advertise_host: str | None,
+    media_host: str | None,
     max_conversation_length: float | None,
     time_warning_before: float | None,
     one_session_per_thread: bool,
@@ -431,6 +440,7 @@ def staging_serve(
                 port,
                 token,
                 advertise_host,
+                media_host=media_host,
                 max_conversation_length=max_conversation_length,
                 time_warning_before=time_warning_before,
                 one_session_per_thread=one_session_per_thread,

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import socketio
 from yarl import URL
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
@@ -630,3 +631,23 @@ async def test_a_burst_of_real_uplink_audio_then_silence_is_a_voice_turn(
         ]
     finally:
         await session.close()
+
+
+async def test_the_media_host_names_the_whep_url_and_the_socket_stays() -> None:
+    """``media_host``: the public-looking name goes into ``webrtc_url`` only (the browser
+    test resolves it with Chromium's resolver rules and subscribes under it)."""
+    async with StagingServer(media_host="media.staging.test") as staging:
+        client = socketio.AsyncClient(reconnection=False)
+        got: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        client.on("stvNewSession", lambda data, *rest: got.done() or got.set_result(data))
+        await client.connect(staging.url, auth={"token": staging.token}, transports=["websocket"])
+        try:
+            kaltura = {"ks": staging.token, "force_experience": "avatar_only"}
+            await client.emit("join", {"room": "r1", "channel": "r1", "kaltura": kaltura})
+            await client.emit("stvNewSession", {"room_id": "r1"})
+            payload = await asyncio.wait_for(got, 5)
+            url = URL(payload["webrtc_url"])
+            assert (url.host, url.port) == ("media.staging.test", staging.port)
+            assert URL(staging.public_url).host == "127.0.0.1"
+        finally:
+            await client.disconnect()

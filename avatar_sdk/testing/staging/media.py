@@ -128,6 +128,20 @@ class WhepViewer:
         return bool(self.pc.connectionState != "closed")
 
 
+#: On every WHEP answer: any page may read it, its ``Location`` included.
+WHEP_CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "Location",
+}
+#: The answer to a browser's preflight of a WHEP POST (``application/sdp``) or DELETE.
+WHEP_PREFLIGHT_HEADERS = {
+    **WHEP_CORS_HEADERS,
+    "Access-Control-Allow-Methods": "POST, DELETE, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization",
+    "Access-Control-Max-Age": "600",
+}
+
+
 class StagingMedia:
     """The media side of :class:`~avatar_sdk.testing.StagingServer` (``staging.media``).
 
@@ -137,8 +151,12 @@ class StagingMedia:
     :meth:`asr_stats`.
     """
 
-    #: How long an ICE path that died is hidden from DTLS, waiting for an ICE restart (s).
-    ice_restart_grace = 10.0
+    #: How long an ASR ICE path that died is hidden from DTLS, waiting for an ICE restart
+    #: (s). None (the default): for as long as the server session lives, as a media server
+    #: keeps a DTLS session whose ICE failed: a restart offer that comes after the server's
+    #: consent checks gave up (a browser calls ICE failed only after about 30 s, when the
+    #: server's checks give up too) is applied in place, however late, and audio flows on.
+    ice_restart_grace: float | None = None
     #: Bound on a WHEP POST held by ``stuck_ice("stv", mode="no_answer")`` (s).
     stuck_hold_max = 60.0
     #: A POST finding a connected viewer waits this long for it to go before 409 (s): a
@@ -200,10 +218,16 @@ class StagingMedia:
         }
 
     def add_routes(self, app: web.Application) -> None:
-        """The WHEP endpoint."""
+        """The WHEP endpoint, open to pages of any origin (CORS), as a WHEP server is: a
+        browser's page posts its offer from another origin than the media host's."""
         app.router.add_post(WHEP_PATH, self._whep_post)
         app.router.add_post(WHEP_PATH.rstrip("/"), self._whep_post)
         app.router.add_delete(WHEP_RESOURCE_PATH + "{resource_id}", self._whep_delete)
+        for path in (WHEP_PATH, WHEP_PATH.rstrip("/"), WHEP_RESOURCE_PATH + "{resource_id}"):
+            app.router.add_route("OPTIONS", path, self._whep_preflight)
+
+    async def _whep_preflight(self, request: web.Request) -> web.Response:
+        return web.Response(status=204, headers=WHEP_PREFLIGHT_HEADERS)
 
     def on_uplink_frame(self, sid: str, rms: float, seconds: float) -> None:
         """A decoded ASR frame of ``sid``: the conversation's utterance detector hears it."""
@@ -523,7 +547,7 @@ class StagingMedia:
     # -- WHEP ----------------------------------------------------------------------------------
     def _whep_reply(self, status: int, text: str) -> web.Response:
         self.whep_statuses.append(status)
-        return web.Response(status=status, text=text)
+        return web.Response(status=status, text=text, headers=WHEP_CORS_HEADERS)
 
     async def _whep_post(self, request: web.Request) -> web.Response:
         self.whep_posts += 1
@@ -563,7 +587,7 @@ class StagingMedia:
             status=201,
             body=answer.encode(),
             content_type="application/sdp",
-            headers={"Location": viewer.location},
+            headers={"Location": viewer.location, **WHEP_CORS_HEADERS},
         )
 
     async def _viewer_gone(self, stream: str) -> bool:
@@ -663,12 +687,12 @@ class StagingMedia:
         viewer = self.viewers.pop(request.match_info["resource_id"], None)
         if viewer is None:
             self.whep_delete_statuses.append(404)
-            return web.Response(status=404, text="unknown WHEP resource")
+            return web.Response(status=404, text="unknown WHEP resource", headers=WHEP_CORS_HEADERS)
         viewer.deleted = True
         self._frames_retired += viewer.video.frames_sent
         await close_pc(viewer.pc)
         self.whep_delete_statuses.append(200)
-        return web.Response(status=200)
+        return web.Response(status=200, headers=WHEP_CORS_HEADERS)
 
 
 def _count_keyframe_requests(pc: Any, viewer: WhepViewer) -> None:

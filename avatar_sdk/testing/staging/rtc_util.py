@@ -115,6 +115,9 @@ class IcePath:
     use it (the tests drive a client-side ICE restart with it).
     Private aiortc 1.16 / aioice 0.13 attributes: both are pinned exactly.
 
+    ``grace``: how long a path that died is hidden from DTLS, waiting for a restart
+    (None: until this path is closed).
+
     ``reports_every`` (read at each report): the receiver-report cadence of this side.
     None: aiortc's own (one every 0.5-1.5 s); ``S`` seconds: at most one report every ``S``
     (the first one no sooner than ``S`` after this path was set up, as RFC 3550 allows; the
@@ -127,7 +130,7 @@ class IcePath:
         ice: Any,
         *,
         blocked: Callable[[], bool],
-        grace: float,
+        grace: float | None,
         reports_every: Callable[[], float | None] | None = None,
     ) -> None:
         self.ice = ice

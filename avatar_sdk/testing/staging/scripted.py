@@ -374,7 +374,7 @@ class ScriptedBackend:
     ) -> web.Response:
         session.init_clients += 1
         self._streams.open_stream(session.stream, session)
-        url = f"{self._endpoint.public_url}/rtc/v1/whep/?app=avatar&stream={session.stream}"
+        url = f"{self._endpoint.media_url}/rtc/v1/whep/?app=avatar&stream={session.stream}"
         return web.json_response(
             {"whepUrl": url, "turn": {"url": "", "username": "", "credential": ""}}
         )

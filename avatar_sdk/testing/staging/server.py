@@ -61,6 +61,7 @@ class StagingServer:
         audio_only: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         advertise_host: str | None = None,
+        media_host: str | None = None,
         control_api: bool = False,
         asr_report_interval: float | None = None,
         advertise_genie: bool = True,
@@ -76,7 +77,12 @@ class StagingServer:
         :class:`avatar_sdk.testing.tls.TestCA` for a private CA). ``advertise_host``: the
         host name put in the URLs handed to clients (``webrtc_url``, ``finalUrl``,
         ``public_url``) instead of ``host``, for clients that refuse a loopback or private
-        media host, or reach the server under another name. ``control_api=True``: serve the
+        media host, or reach the server under another name. ``media_host``: the host name
+        of the media URLs only (``webrtc_url``, a scripted session's ``whepUrl``; the socket
+        stays on ``host``): a public-looking name the client resolves to this server (e.g.
+        Chromium's ``--host-resolver-rules``), for a client that refuses a loopback or
+        private WHEP host (the reference client's ``whep_private_ip``); the WHEP endpoint
+        answers under any name. ``control_api=True``: serve the
         HTTP control API (:mod:`.control`) for clients in other languages.
         ``asr_report_interval``: how often the ASR peers send RTCP receiver reports (None:
         aiortc's 0.5-1.5 s; seconds; ``math.inf``: never), also ``staging.media.
@@ -106,6 +112,7 @@ class StagingServer:
         self.host = host
         self.advertise_genie = advertise_genie
         self.advertise_host = advertise_host
+        self.media_host = media_host
         self.control_api = control_api
         self.ssl_context = ssl_context
         self.port = port
@@ -335,6 +342,13 @@ class StagingServer:
         return f"{self._scheme}://{self.advertise_host or self.host}:{self.port}"
 
     @property
+    def media_url(self) -> str:
+        """The base of the media URLs handed to clients: ``media_host`` if set, else as
+        :attr:`public_url`."""
+        host = self.media_host or self.advertise_host or self.host
+        return f"{self._scheme}://{host}:{self.port}"
+
+    @property
     def agentic_url(self) -> str:
         """Base URL of the avatar-session service (``ScriptedAvatarSession``'s first argument)."""
         return f"{self._scheme}://{self.host}:{self.port}{AGENTIC_PREFIX}"
@@ -544,7 +558,7 @@ class StagingServer:
         return {
             "session_id": session_id,
             "status": "session started",
-            "webrtc_url": f"{self.public_url}/rtc/v1/whep/?app=app&stream={session_id}",
+            "webrtc_url": f"{self.media_url}/rtc/v1/whep/?app=app&stream={session_id}",
         }
 
     async def _check_availability(self, conv: Conversation, data: dict[str, Any]) -> None:

@@ -25,6 +25,9 @@ class Endpoint(Protocol):
     @property
     def public_url(self) -> str: ...
 
+    @property
+    def media_url(self) -> str: ...
+
 
 class Pacing(Protocol):
     """The backend's timing knobs, read at every use (a test may change them mid-run)."""
@@ -77,7 +80,7 @@ class UplinkHost(Protocol):
     send, and where a decoded frame's level goes."""
 
     @property
-    def ice_restart_grace(self) -> float: ...
+    def ice_restart_grace(self) -> float | None: ...
 
     @property
     def asr_report_interval(self) -> float | None: ...
