@@ -137,3 +137,23 @@ def test_before_its_reports_a_track_is_spaced_by_its_rtp_clock_not_its_arrivals(
     ]
     samples = [round(p * 48_000) for p in placed]
     assert all(b - a == 960 for a, b in itertools.pairwise(samples)), samples
+
+
+def test_the_first_report_does_not_move_the_voice_and_a_new_origin_re_anchors() -> None:
+    """The voice stays sample-continuous when its first report arrives (the video is what
+    moves onto it), and a new RTP origin (a re-subscribe) anchors afresh at its arrival."""
+    timeline = PresentationTimeline()
+    samples = []
+    for i in range(10):
+        sent = T0 + 1.0 + 0.02 * i if i >= 5 else None  # the first report after 5 frames
+        placed = timeline.place(
+            "audio", sent, 50.0 + 0.02 * i + (0.013 if i == 5 else 0), rtp=960 * i
+        )
+        samples.append(round(placed * 48_000))
+    assert all(b - a == 960 for a, b in itertools.pairwise(samples)), samples
+    # The video of the voice's tenth frame's instant sits at its time.
+    assert timeline.place("video", T0 + 1.0 + 0.18, 50.25) == pytest.approx(samples[9] / 48_000)
+    # Another sender (random RTP origin): placed by its arrival, then counted from there.
+    fresh = timeline.place("audio", None, 60.0, rtp=123_456_789)
+    again = timeline.place("audio", None, 60.02, rtp=123_456_789 + 960)
+    assert fresh == pytest.approx(10.0, abs=0.001) and round((again - fresh) * 48_000) == 960

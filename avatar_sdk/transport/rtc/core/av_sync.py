@@ -13,10 +13,11 @@ sender's one clock (RFC 3550 6.4.1; libwebrtc's RtpToNtpEstimator and stream syn
   report does not move the timeline; a report further than :data:`RESTART` from it is a new
   sender clock and starts afresh.
 * :class:`PresentationTimeline`: a frame's presentation time (seconds from the session's
-  first frame, one timeline for both tracks), strictly increasing per track. Before a
-  track's first report its first frame is placed by its arrival (less the other track's
-  extra transit) and the next ones by their RTP timestamps from it: a frame handed on late
-  by a busy loop keeps its media spacing (consecutive voice frames 960 samples apart).
+  first frame, one timeline for both tracks), strictly increasing per track. The voice is
+  the master: counted on its own RTP clock from its first frame, sample-continuous (a frame
+  handed on late by a busy loop keeps its spacing, and the first report moves nothing); the
+  video is mapped onto it through the two tracks' sender reports, and placed by its RTP clock
+  from its arrival until its own first report.
 * :meth:`PresentationTimeline.video_release`: when to hand a video frame on so that it
   meets the voice of the same instant: the voice's current transit (arrival at the app less
   sender time) after its sender time, at most :data:`MAX_HOLD` later. The voice is never
@@ -111,8 +112,8 @@ class _Track:
     #: Arrival less sender time of its last frame placed by a report, and when it arrived.
     transit: float | None = None
     transit_at: float = 0.0
-    #: Before the track's first report: (RTP timestamp, receiver time) of its first frame,
-    #: the provisional mapping of its clock.
+    #: (RTP timestamp, receiver time) of the frame its own clock is counted from: the
+    #: voice's always, the video's until its first report.
     provisional: tuple[int, float] | None = None
 
 
@@ -141,25 +142,38 @@ class PresentationTimeline:
         self, kind: str, sender_time: float | None, arrival: float, rtp: int | None = None
     ) -> float:
         """The presentation time (s) of a ``kind`` frame of ``sender_time`` (None: no report
-        for its track yet) and RTP timestamp ``rtp``, handed on at ``arrival`` (monotonic s)."""
+        for its track yet) and RTP timestamp ``rtp``, handed on at ``arrival`` (monotonic s).
+
+        The voice is the master: with its RTP timestamp it is placed on its own clock from
+        its first frame (sample-continuous: a player or a recording hears no gap or overlap,
+        a report only tells the sender's clock through it), and the video is mapped onto it
+        by the sender reports (libwebrtc's stream synchronizer delays the video likewise)."""
         track = self._tracks[kind]
-        if sender_time is None and rtp is not None and track.provisional is not None:
-            first_rtp, first_at = track.provisional
-            at = first_at + _ticks_between(rtp, first_rtp) * track.tick
+        other = self._fresh_transit("video" if kind == "audio" else "audio", arrival)
+        # By arrival, less what the other track's frames spend on the way beyond the offset
+        # (so both are on one footing as soon as one has reports).
+        extra = 0.0 if other is None or self._offset is None else other - self._offset
+        if kind == "audio" and rtp is not None:
+            # Where this frame belongs by what is known: by its report on a timeline the
+            # video already set, else by its arrival; the voice's own clock counts from there.
+            if sender_time is not None and self._offset is not None:
+                expected = sender_time + self._offset
+            else:
+                expected = arrival - extra
+            at = self._by_rtp(track, rtp, expected)
+            if sender_time is not None:
+                track.transit, track.transit_at = arrival - sender_time, arrival
+                self._offset = at - sender_time
         elif sender_time is not None:
             transit = arrival - sender_time
             track.transit, track.transit_at = transit, arrival
             if self._offset is None or abs(transit - self._offset) > RESTART:
                 self._offset = transit
             at = sender_time + self._offset
+        elif rtp is not None:
+            at = self._by_rtp(track, rtp, arrival - extra)
         else:
-            # Placed by its arrival, less what the other track's frames spend on the way
-            # beyond the offset (so both are on one footing as soon as one has reports).
-            other = self._fresh_transit("video" if kind == "audio" else "audio", arrival)
-            extra = 0.0 if other is None or self._offset is None else other - self._offset
             at = arrival - extra
-            if rtp is not None:
-                track.provisional = (rtp, at)
         if self._origin is None:
             self._origin = at
         placed = at - self._origin
@@ -168,6 +182,19 @@ class PresentationTimeline:
         placed = max(placed, 0.0)
         track.last = placed
         return placed
+
+    @staticmethod
+    def _by_rtp(track: _Track, rtp: int, arrived: float) -> float:
+        """``rtp`` on the track's own clock from its anchor, the first frame's (RTP
+        timestamp, receiver time); a frame further than :data:`RESTART` from where it arrived
+        is another sender's clock (a re-subscribe, a renewal) and anchors afresh."""
+        if track.provisional is not None:
+            first_rtp, first_at = track.provisional
+            at = first_at + _ticks_between(rtp, first_rtp) * track.tick
+            if abs(at - arrived) <= RESTART:
+                return at
+        track.provisional = (rtp, arrived)
+        return arrived
 
     def video_release(self, sender_time: float | None, arrival: float) -> float:
         """When (monotonic s) a video frame of ``sender_time`` that is ready at ``arrival``
