@@ -11,7 +11,6 @@ task. Nothing here may raise into the socket's read loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -125,11 +124,10 @@ class InboundHandler:
         if link is not self.slot.current:
             return
         decision = decide_disconnect(self.machine.state, reason)
-        # A drop nobody asked for is news, said once in the SDK's words (the socket
-        # libraries' own lines about it are INFO: logs.py); anything else is routine.
-        unasked = decision.action in ("recover_socket", "recover_cold", "end")
-        log.log(
-            logging.WARNING if unasked else logging.INFO,
+        # INFO, a drop nobody asked for included: recovering from it is the SDK's job and
+        # its events tell it (reconnecting, reconnected, gave_up); a warning is for what the
+        # SDK cannot mend, and the socket libraries' own lines are INFO too (logs.py).
+        log.info(
             "control socket disconnected (%s) in %s: %s",
             reason,
             self.machine.state,
