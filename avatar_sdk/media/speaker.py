@@ -10,8 +10,15 @@ end (the exact signal the speaker plays) and to ``on_played``. The buffer holds 
 sink adds at most one frame's worth of latency to what arrives in time.
 
 Device failures raise :class:`~.devices.DeviceNotFoundError`, ``DeviceBusyError`` or
-``DevicePermissionError`` (the microphone's codes) from :meth:`SpeakerSink.start`, and end
-the reader when the device dies later (:attr:`SpeakerSink.failure`).
+``DevicePermissionError`` (the microphone's codes) from :meth:`SpeakerSink.start`; a device
+lost later (PortAudio finishes the stream on its own) ends the reader with
+``DeviceNotFoundError`` in :attr:`SpeakerSink.failure`.
+
+The sink is stopped with the session: when the track it reads ends (``session.avatar_audio``
+ends only when the session closes, never across a recovery), it releases the device, so a
+session that closes while the speaker is open leaves no stream, task or descriptor behind.
+:attr:`SpeakerSink.released` is set whenever the device has been let go (track ended, device
+lost, :meth:`SpeakerSink.stop`).
 """
 
 from __future__ import annotations
@@ -106,6 +113,10 @@ class SpeakerSink:
         self.latency = 0.0
         #: What ended the reader, when something did (a device failure, the track's error).
         self.failure: BaseException | None = None
+        #: Set when the device is released (the track ended, the device was lost, stop()).
+        self.released = asyncio.Event()
+        #: Called (on the loop) once the device has been released.
+        self.on_released: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -121,6 +132,7 @@ class SpeakerSink:
         """Open the device; read ``track`` (if given) into it until :meth:`stop`."""
         if self._stream is None:
             self._open()
+            self.released.clear()
         if track is not None and self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(
                 self._read(track), name="avatar_sdk.media.SpeakerSink"
@@ -138,6 +150,7 @@ class SpeakerSink:
                 dtype="int16",
                 latency="low",
                 callback=self._on_block,
+                finished_callback=self._on_finished,
             )
             stream.start()
         except Exception as exc:
@@ -178,12 +191,14 @@ class SpeakerSink:
                 if isinstance(frame, av.AudioFrame):
                     self.write(frame)
         except MediaStreamError:
-            return
+            pass  # the session closed: the speaker goes with it
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.failure = exc
             log.warning("the speaker stopped reading its track: %s", describe(exc))
+        self._reader = None
+        self._release()
 
     # PortAudio thread -------------------------------------------------------------
 
@@ -204,7 +219,24 @@ class SpeakerSink:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
                 loop.call_soon_threadsafe(self._played_block, take, until_heard)
 
+    def _on_finished(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._device_finished)
+
     # event loop --------------------------------------------------------------------
+
+    def _device_finished(self) -> None:
+        """PortAudio finished the stream: lost unless we were closing it ourselves."""
+        if self._stream is None:
+            return
+        self.failure = device_error(ErrorCode.DEVICE_NOT_FOUND, "the output device was lost")
+        log.warning("the speaker's device was lost")
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+        self._release()
 
     def _played_block(self, samples: np.ndarray[Any, np.dtype[np.int16]], until: float) -> None:
         self.played += len(samples)
@@ -217,6 +249,20 @@ class SpeakerSink:
         if self.on_played is not None:
             self.on_played(samples, until)
 
+    def _release(self) -> None:
+        """Close the device (idempotent); tell ``released`` and ``on_released``."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with best_effort("closing the output stream", log):
+                stream.close(ignore_errors=True)
+        with self._lock:
+            self._buffer = np.zeros(0, dtype=np.int16)
+        if not self.released.is_set():
+            self.released.set()
+            if self.on_released is not None:
+                with best_effort("the speaker's on_released", log):
+                    self.on_released()
+
     async def stop(self) -> None:
         """Stop reading and release the device (idempotent)."""
         reader, self._reader = self._reader, None
@@ -224,12 +270,7 @@ class SpeakerSink:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with best_effort("closing the output stream", log):
-                stream.close(ignore_errors=True)
-        with self._lock:
-            self._buffer = np.zeros(0, dtype=np.int16)
+        self._release()
 
     async def __aenter__(self) -> Self:
         return self
