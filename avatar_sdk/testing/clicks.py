@@ -34,8 +34,7 @@ def click_blocks(
     jumps[1:] = np.abs(np.diff(x)) > max_step * margin
     block = rate // 100
     whole = len(x) // block * block
-    flags: np.ndarray[Any, np.dtype[np.bool_]] = jumps[:whole].reshape(-1, block).any(axis=1)
-    return flags
+    return np.asarray(jumps[:whole].reshape(-1, block).any(axis=1), dtype=bool)
 
 
 def longest_click(
