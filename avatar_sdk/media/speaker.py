@@ -6,8 +6,16 @@ small buffer that PortAudio's callback drains in 10 ms blocks. What the callback
 the device, silence for an underrun included, is the playout: :attr:`SpeakerSink.played`
 counts its samples, and each block is given, on the event loop, to the echo canceller's far
 end (the exact signal the speaker plays) and to ``on_played``. The buffer holds at most
-``max_buffer`` seconds; a burst beyond that drops the oldest samples (``dropped``), so the
-sink adds at most one frame's worth of latency to what arrives in time.
+``max_buffer`` seconds; a burst beyond that drops the oldest samples (``dropped``).
+
+What the sink adds to the voice path is what waits in that buffer. Frames arrive with
+jitter and on another clock than the device's, so a late frame (an underrun: silence
+played) shifts everything after it, and the backlog would only grow, up to ``max_buffer``.
+The sink keeps it at one output buffer: every quarter second, when the buffer never fell
+below 5 ms over that time, the excess is trimmed from its head if the head is quiet (the
+avatar's silence between words and answers; never in the middle of its voice, which would
+click). ``trimmed`` counts the samples removed. The start of an answer, which follows
+silence, so waits at most one 20 ms frame (``python -m benchmarks --only echo``).
 
 Device failures raise :class:`~.devices.DeviceNotFoundError`, ``DeviceBusyError`` or
 ``DevicePermissionError`` (the microphone's codes) from :meth:`SpeakerSink.start`; a device
@@ -26,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType, TracebackType
@@ -47,6 +56,12 @@ log = sdk_logger(__name__)
 
 RATE = 48000
 BLOCK = RATE // 100  # 10 ms: the canceller's chunk, and the device's block
+#: The backlog is judged over this many device blocks (a quarter second) ...
+TRIM_WINDOW = 25
+#: ... and trimmed down to this many samples (5 ms: a margin against the next late frame) ...
+TRIM_KEEP = RATE // 200
+#: ... when what it would remove is this quiet (1% of full scale, int16).
+QUIET = 328
 
 
 def import_sounddevice(extra: str = VOICE_EXTRA) -> ModuleType:
@@ -109,6 +124,10 @@ class SpeakerSink:
         self.underruns = 0
         #: Samples dropped because the buffer was over ``max_buffer``.
         self.dropped = 0
+        #: Quiet samples trimmed to keep the backlog at one output buffer.
+        self.trimmed = 0
+        self._floor = sys.maxsize
+        self._judged = 0
         #: The device's output latency (s) as PortAudio reports it, once open.
         self.latency = 0.0
         #: What ended the reader, when something did (a device failure, the track's error).
@@ -206,6 +225,7 @@ class SpeakerSink:
         with self._lock:
             take = self._buffer[:frames]
             self._buffer = self._buffer[len(take) :]
+            self._trim_backlog()
         if len(take) < frames:
             if len(take) or self.played:
                 self.underruns += 1
@@ -218,6 +238,21 @@ class SpeakerSink:
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
                 loop.call_soon_threadsafe(self._played_block, take, until_heard)
+
+    def _trim_backlog(self) -> None:
+        """Under the lock: every ``TRIM_WINDOW`` blocks, the lowest level the buffer fell
+        to over them, above ``TRIM_KEEP``, is backlog; drop it if its head is quiet."""
+        self._floor = min(self._floor, len(self._buffer))
+        self._judged += 1
+        if self._judged < TRIM_WINDOW:
+            return
+        excess, self._floor, self._judged = self._floor - TRIM_KEEP, sys.maxsize, 0
+        if excess <= 0:
+            return
+        head = self._buffer[:excess]
+        if int(np.abs(head.astype(np.int32)).max(initial=0)) <= QUIET:
+            self._buffer = self._buffer[excess:]
+            self.trimmed += excess
 
     def _on_finished(self) -> None:
         loop = self._loop

@@ -229,3 +229,66 @@ async def test_a_session_closed_with_the_devices_open_leaves_nothing(rig: AudioR
         assert await check.settle(2.0) == []
         assert await until(lambda: _open_fds() <= fds, 5), sorted(_open_fds() - fds)
         await voice.stop()
+
+
+class ManualOutput:
+    """RawOutputStream stand-in the test drives: ``pull()`` is the device asking for a block."""
+
+    instances: list[ManualOutput] = []
+    latency = 0.01
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        type(self).instances.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def pull(self) -> np.ndarray:
+        frames = self.kwargs["blocksize"]
+        out = bytearray(frames * 2)
+        self.kwargs["callback"](out, frames, None, 0)
+        return np.frombuffer(bytes(out), dtype=np.int16)
+
+    def close(self, ignore_errors: bool = True) -> None:
+        pass
+
+
+def _frame(value: int) -> av.AudioFrame:
+    frame = av.AudioFrame.from_ndarray(
+        np.full((1, 960), value, dtype=np.int16), format="s16", layout="mono"
+    )
+    frame.sample_rate = 48000
+    return frame
+
+
+async def test_a_late_frame_does_not_leave_a_lasting_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A late frame makes the device underrun; everything after it then waits that much
+    longer in the buffer, for as long as frames and device keep step. The sink trims the
+    backlog back to one output buffer in the avatar's silence, never in its voice."""
+    module = types.ModuleType("sounddevice")
+    module.RawOutputStream = type("RawOutputStream", (ManualOutput,), {"instances": []})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sounddevice", module)
+    sink = SpeakerSink()
+    await sink.start()
+    (device,) = module.RawOutputStream.instances  # type: ignore[attr-defined]
+
+    def step(value: int, frames: int) -> None:  # frames of 20 ms, two 10 ms pulls each
+        for _ in range(frames):
+            sink.write(_frame(value))
+            device.pull()
+            device.pull()
+
+    step(5000, 10)
+    assert sink.buffered == 0.0
+    device.pull()  # the next frame is late: the device underruns, twice
+    device.pull()
+    sink.write(_frame(5000))
+    sink.write(_frame(5000))  # ... and comes with the one after it
+    step(5000, 50)  # a second of voice: the backlog stays (trimming it would click)
+    assert sink.buffered == pytest.approx(0.04) and sink.trimmed == 0
+    step(0, 50)  # a second of silence: trimmed to one output buffer at most
+    assert sink.buffered <= 0.01 and sink.trimmed > 0
+    await sink.stop()
