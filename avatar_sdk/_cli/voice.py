@@ -176,8 +176,10 @@ class VoiceTalk(Talk):
         voice.microphone.stop()
         failure = voice.speaker.failure
         if failure is not None and self._device_failure is None:
-            error = map_device_failure(failure, opening=False)
-            self._device_failure = device_error(error.code, f"the output device: {error.detail}")
+            error = failure if isinstance(failure, AvatarError) else None
+            if error is None or error.code not in DEVICE_CODES:
+                error = map_device_failure(failure, opening=False)
+            self._device_failure = error
         self._over.set()
 
 

@@ -169,6 +169,13 @@ class AudioRig:
                 proc.kill()
         return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float64) / 32768
 
+    def crash(self) -> None:
+        """The audio server dies at once (SIGKILL): every device the SDK holds is lost, as
+        when a USB headset is pulled. :meth:`stop` still cleans up."""
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._pid, 9)
+
     def stop(self) -> None:
         for proc in self._players:
             if proc.poll() is None:

@@ -139,3 +139,31 @@ async def test_talk_by_voice_hears_the_user_plays_the_answer_and_ends_on_ctrl_c(
         assert "Traceback" not in stderr
         assert stderr.strip().splitlines() == ["avatar-sdk: interrupted: closing the session"]
         assert len(staging.completed_threads) == 1  # the thread was completed
+
+
+@pytest.mark.timeout(60)
+async def test_a_device_lost_during_the_conversation_ends_it_with_its_code(rig: AudioRig) -> None:
+    async with StagingServer() as staging:
+        proc = await _cli(
+            "talk", staging.url, "--insecure", "--genie-url", staging.genie_url, *QUICK,
+            "--voice", "--input", "pulse", "--output", "pulse", "--no-video",
+            token=staging.token,
+        )  # fmt: skip
+        seen: list[str] = []
+        try:
+            async with asyncio.timeout(30):
+                await _line_with(proc, "listening: talk to the avatar", seen)
+                await _line_with(proc, "avatar: Hello!", seen)  # the thread is known
+            rig.crash()  # the audio server dies: both devices are gone
+            code = await asyncio.wait_for(proc.wait(), 15)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.stderr is not None
+        stderr = (await proc.stderr.read()).decode()
+        assert code == 3, stderr
+        assert "Traceback" not in stderr
+        told = [line for line in stderr.splitlines() if line.startswith("avatar-sdk: [")]
+        assert len(told) == 1 and told[0].startswith("avatar-sdk: [device_"), stderr
+        assert len(staging.completed_threads) == 1  # closed as a conversation ends
