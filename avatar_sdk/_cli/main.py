@@ -190,6 +190,37 @@ def main(*, verbose: bool) -> None:
     help="Renew the server session before the server's time cap ends it, on the same "
     "thread (RenewalPolicy defaults; docs/lifecycle.md).",
 )
+@click.option(
+    "--voice",
+    is_flag=True,
+    help="Talk by voice: the microphone in (its echo cancelled), the avatar on the speaker, "
+    "captions printed, until Ctrl-C (the voice extra: pip install 'avatar-sdk[voice]').",
+)
+@click.option(
+    "--input",
+    "input_device",
+    metavar="DEVICE",
+    help="With --voice: the microphone, by index or name (default: the system's input).",
+)
+@click.option(
+    "--output",
+    "output_device",
+    metavar="DEVICE",
+    help="With --voice: the speaker, by index or name (default: the system's output).",
+)
+@click.option(
+    "--no-echo-cancellation",
+    is_flag=True,
+    help="With --voice: send the microphone as it is (headphones).",
+)
+@click.option(
+    "--list-devices",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _param, value: _list_devices(ctx) if value else None,
+    help="List the audio devices (index, name, channels) for --input/--output, and exit.",
+)
 def talk(
     *,
     url: str,
@@ -209,8 +240,12 @@ def talk(
     reply_timeout: float,
     connect_attempts: int,
     renew: bool,
+    voice: bool,
+    input_device: str | None,
+    output_device: str | None,
+    no_echo_cancellation: bool,
 ) -> None:
-    """Hold a headless conversation with the avatar at URL.
+    """Hold a headless conversation with the avatar at URL (by voice with --voice).
 
     Prints the avatar's replies as they stream, its tool calls and every recovery; Ctrl-C
     completes the thread and closes within close_timeout. The token comes from the
@@ -220,6 +255,10 @@ def talk(
 
     if no_media and (audio is not None or record is not None):
         raise click.UsageError("--audio and --record need media: drop --no-media")
+    voice_options = bool(input_device or output_device or no_echo_cancellation)
+    _check_voice_usage(
+        voice, voice_options, turns=bool(turns), audio=audio, record=record, no_media=no_media
+    )
     try:
         config = session_config(settings)
     except OptionError as exc:
@@ -251,13 +290,54 @@ def talk(
         connect_attempts=connect_attempts,
     )
     try:
-        code = run_talk(opts)
+        if voice:
+            from .voice import VoiceOptions, device_choice, talk_by_voice  # noqa: PLC0415
+
+            choice = VoiceOptions(
+                input=device_choice(input_device),
+                output=device_choice(output_device),
+                echo_cancellation=not no_echo_cancellation,
+            )
+            code = talk_by_voice(opts, choice)
+        else:
+            code = run_talk(opts)
     except AvatarError as error:  # raised outside the session (building it is usage: 2)
         from .messages import error_line  # noqa: PLC0415
 
         click.echo(f"avatar-sdk: {error_line(error)}", err=True)
         code = exits.for_error(error)
     sys.exit(code)
+
+
+def _check_voice_usage(
+    voice: bool,
+    voice_options: bool,
+    *,
+    turns: bool,
+    audio: Path | None,
+    record: Path | None,
+    no_media: bool,
+) -> None:
+    """--voice takes its turns from the microphone and plays the avatar: the options that
+    do either otherwise conflict with it (usage errors, exit 2)."""
+    if not voice:
+        if voice_options:
+            raise click.UsageError("--input, --output and --no-echo-cancellation need --voice")
+        return
+    clashing = [
+        flag
+        for flag, given in (("--say", turns), ("--audio", audio is not None),
+                            ("--record", record is not None), ("--no-media", no_media))
+        if given
+    ]  # fmt: skip
+    if clashing:
+        raise click.UsageError(f"--voice talks through the devices: drop {', '.join(clashing)}")
+
+
+def _list_devices(ctx: click.Context) -> None:
+    from .voice import list_devices  # noqa: PLC0415 - loads sounddevice
+
+    ctx.exit(list_devices())
 
 
 # -- demo --------------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ _HINTS: Final = {
     ErrorCode.AUTH_FAILED: "check the token (AVATAR_TOKEN or --token-file)",
     ErrorCode.UNREACHABLE: "check the URL and that the server is running",
     ErrorCode.TLS_FAILED: "a private CA can be trusted with --ca-file",
+    ErrorCode.DEVICE_NOT_FOUND: "list them with --list-devices, pick one with --input/--output",
+    ErrorCode.DEVICE_BUSY: "close the program using it, or pick another with --input/--output",
+    ErrorCode.PERMISSION_DENIED: "allow this terminal (or Python) to use the microphone",
 }
 #: The hint of a URL that answers HTTP but is not the avatar service (a refused upgrade).
 _WRONG_SERVER: Final = "check the URL: it must be the avatar service's address, not a web page's"

@@ -293,7 +293,7 @@ class Talk:
         if opts.record is not None:
             await self._start_recording(session)
         try:
-            await self._turns(session)
+            await self.exchange(session)
             if self.heard is not None:
                 await self.heard.drained(AUDIO_DRAIN)  # the last words reach the file
         except AvatarError as error:
@@ -315,18 +315,12 @@ class Talk:
 
     def _build(self) -> AvatarSession:
         opts = self.opts
-        audio = None
-        if opts.audio is not None:
-            from ..media import file_source  # noqa: PLC0415 - only with --audio
-
-            self.played = _Played(file_source(opts.audio))
-            audio = self.played
         session = AvatarSession(
             opts.url,
             opts.token,
             genie_url=opts.genie_url,
             thread_id=opts.thread_id,
-            audio=audio,
+            audio=self.uplink(),
             video=opts.video,
             media=opts.media,
             config=opts.config,
@@ -346,6 +340,21 @@ class Talk:
         # Registered before connect(): the greeting may be over before connect() returns.
         self.greeting = session.expect("agent_turn_ended")
         return session
+
+    def uplink(self) -> MediaStreamTrack | None:
+        """The audio the session sends: the ``--audio`` file, else none (``--voice``
+        sends the microphone: :mod:`.voice`)."""
+        if self.opts.audio is None:
+            return None
+        from ..media import file_source  # noqa: PLC0415 - only with --audio
+
+        self.played = _Played(file_source(self.opts.audio))
+        return self.played
+
+    async def exchange(self, session: AvatarSession) -> None:
+        """The conversation once connected: the greeting, then the turns (``--voice``
+        talks instead: :mod:`.voice`)."""
+        await self._turns(session)
 
     def _show(self, event: Event) -> None:
         if self.held is not None and event.name in ("error", "ended"):

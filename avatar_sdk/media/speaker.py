@@ -6,12 +6,27 @@ small buffer that PortAudio's callback drains in 10 ms blocks. What the callback
 the device, silence for an underrun included, is the playout: :attr:`SpeakerSink.played`
 counts its samples, and each block is given, on the event loop, to the echo canceller's far
 end (the exact signal the speaker plays) and to ``on_played``. The buffer holds at most
-``max_buffer`` seconds; a burst beyond that drops the oldest samples (``dropped``), so the
-sink adds at most one frame's worth of latency to what arrives in time.
+``max_buffer`` seconds; a burst beyond that drops the oldest samples (``dropped``).
+
+What the sink adds to the voice path is what waits in that buffer. Frames arrive with
+jitter and on another clock than the device's, so a late frame (an underrun: silence
+played) shifts everything after it, and the backlog would only grow, up to ``max_buffer``.
+The sink keeps it at one output buffer: every quarter second, when the buffer never fell
+below 5 ms over that time, the excess is trimmed from its head if the head is quiet (the
+avatar's silence between words and answers; never in the middle of its voice, which would
+click). ``trimmed`` counts the samples removed. The start of an answer, which follows
+silence, so waits at most one 20 ms frame (``python -m benchmarks --only echo``).
 
 Device failures raise :class:`~.devices.DeviceNotFoundError`, ``DeviceBusyError`` or
-``DevicePermissionError`` (the microphone's codes) from :meth:`SpeakerSink.start`, and end
-the reader when the device dies later (:attr:`SpeakerSink.failure`).
+``DevicePermissionError`` (the microphone's codes) from :meth:`SpeakerSink.start`; a device
+lost later (PortAudio finishes the stream on its own) ends the reader with
+``DeviceNotFoundError`` in :attr:`SpeakerSink.failure`.
+
+The sink is stopped with the session: when the track it reads ends (``session.avatar_audio``
+ends only when the session closes, never across a recovery), it releases the device, so a
+session that closes while the speaker is open leaves no stream, task or descriptor behind.
+:attr:`SpeakerSink.released` is set whenever the device has been let go (track ended, device
+lost, :meth:`SpeakerSink.stop`).
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType, TracebackType
@@ -40,6 +56,12 @@ log = sdk_logger(__name__)
 
 RATE = 48000
 BLOCK = RATE // 100  # 10 ms: the canceller's chunk, and the device's block
+#: The backlog is judged over this many device blocks (a quarter second) ...
+TRIM_WINDOW = 25
+#: ... and trimmed down to this many samples (5 ms: a margin against the next late frame) ...
+TRIM_KEEP = RATE // 200
+#: ... when what it would remove is this quiet (1% of full scale, int16).
+QUIET = 328
 
 
 def import_sounddevice(extra: str = VOICE_EXTRA) -> ModuleType:
@@ -102,10 +124,18 @@ class SpeakerSink:
         self.underruns = 0
         #: Samples dropped because the buffer was over ``max_buffer``.
         self.dropped = 0
+        #: Quiet samples trimmed to keep the backlog at one output buffer.
+        self.trimmed = 0
+        self._floor = sys.maxsize
+        self._judged = 0
         #: The device's output latency (s) as PortAudio reports it, once open.
         self.latency = 0.0
         #: What ended the reader, when something did (a device failure, the track's error).
         self.failure: BaseException | None = None
+        #: Set when the device is released (the track ended, the device was lost, stop()).
+        self.released = asyncio.Event()
+        #: Called (on the loop) once the device has been released.
+        self.on_released: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -121,6 +151,7 @@ class SpeakerSink:
         """Open the device; read ``track`` (if given) into it until :meth:`stop`."""
         if self._stream is None:
             self._open()
+            self.released.clear()
         if track is not None and self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(
                 self._read(track), name="avatar_sdk.media.SpeakerSink"
@@ -138,6 +169,7 @@ class SpeakerSink:
                 dtype="int16",
                 latency="low",
                 callback=self._on_block,
+                finished_callback=self._on_finished,
             )
             stream.start()
         except Exception as exc:
@@ -178,12 +210,14 @@ class SpeakerSink:
                 if isinstance(frame, av.AudioFrame):
                     self.write(frame)
         except MediaStreamError:
-            return
+            pass  # the session closed: the speaker goes with it
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.failure = exc
             log.warning("the speaker stopped reading its track: %s", describe(exc))
+        self._reader = None
+        self._release()
 
     # PortAudio thread -------------------------------------------------------------
 
@@ -191,6 +225,7 @@ class SpeakerSink:
         with self._lock:
             take = self._buffer[:frames]
             self._buffer = self._buffer[len(take) :]
+            self._trim_backlog()
         if len(take) < frames:
             if len(take) or self.played:
                 self.underruns += 1
@@ -204,7 +239,39 @@ class SpeakerSink:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
                 loop.call_soon_threadsafe(self._played_block, take, until_heard)
 
+    def _trim_backlog(self) -> None:
+        """Under the lock: every ``TRIM_WINDOW`` blocks, the lowest level the buffer fell
+        to over them, above ``TRIM_KEEP``, is backlog; drop it if its head is quiet."""
+        self._floor = min(self._floor, len(self._buffer))
+        self._judged += 1
+        if self._judged < TRIM_WINDOW:
+            return
+        excess, self._floor, self._judged = self._floor - TRIM_KEEP, sys.maxsize, 0
+        if excess <= 0:
+            return
+        head = self._buffer[:excess]
+        if int(np.abs(head.astype(np.int32)).max(initial=0)) <= QUIET:
+            self._buffer = self._buffer[excess:]
+            self.trimmed += excess
+
+    def _on_finished(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._device_finished)
+
     # event loop --------------------------------------------------------------------
+
+    def _device_finished(self) -> None:
+        """PortAudio finished the stream: lost unless we were closing it ourselves."""
+        if self._stream is None:
+            return
+        self.failure = device_error(ErrorCode.DEVICE_NOT_FOUND, "the output device was lost")
+        log.warning("the speaker's device was lost")
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+        self._release()
 
     def _played_block(self, samples: np.ndarray[Any, np.dtype[np.int16]], until: float) -> None:
         self.played += len(samples)
@@ -217,6 +284,20 @@ class SpeakerSink:
         if self.on_played is not None:
             self.on_played(samples, until)
 
+    def _release(self) -> None:
+        """Close the device (idempotent); tell ``released`` and ``on_released``."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with best_effort("closing the output stream", log):
+                stream.close(ignore_errors=True)
+        with self._lock:
+            self._buffer = np.zeros(0, dtype=np.int16)
+        if not self.released.is_set():
+            self.released.set()
+            if self.on_released is not None:
+                with best_effort("the speaker's on_released", log):
+                    self.on_released()
+
     async def stop(self) -> None:
         """Stop reading and release the device (idempotent)."""
         reader, self._reader = self._reader, None
@@ -224,12 +305,7 @@ class SpeakerSink:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            with best_effort("closing the output stream", log):
-                stream.close(ignore_errors=True)
-        with self._lock:
-            self._buffer = np.zeros(0, dtype=np.int16)
+        self._release()
 
     async def __aenter__(self) -> Self:
         return self

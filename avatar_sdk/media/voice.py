@@ -8,6 +8,17 @@ devices belong to one session; ``echo_cancellation=False`` turns it off (headpho
 :class:`CleanedSource` also makes a voice-activity decision on the cleaned signal
 (:attr:`CleanedSource.user_speaking`, :attr:`CleanedSource.onsets`): the user, not the
 avatar's voice coming back through the room.
+
+The uplink is not gated by that decision: it carries the cleaned signal as it is, quiet
+residue included. A gate (silence until the VAD says "user") would cut the first
+``min_speech`` (200 ms) of every utterance from the service's speech recognition, or
+delay the whole uplink by that much to keep them, and the cleaned signal already stays
+below the service's VAD while only the avatar talks (``tests/integration/test_voice_loop.py``:
+no ``user_started_talking`` in ten whole answers). The decision is what times the user's
+turn (voice-to-voice latency) and what an app shows as "you are talking".
+
+The two devices go together: when the session closes (the avatar's track ends), the speaker
+releases its device and the microphone is stopped with it.
 """
 
 from __future__ import annotations
@@ -101,6 +112,7 @@ class LocalVoice:
         self.speaker = SpeakerSink(output, canceller=self.canceller)
         source = microphone if microphone is not None else MicrophoneSource(input)
         self.microphone = CleanedSource(source, self.canceller)
+        self.speaker.on_released = self.microphone.stop
 
     async def start(self, avatar_audio: MediaStreamTrack | None) -> None:
         """Open the speaker and play ``avatar_audio`` (``session.avatar_audio``) on it."""

@@ -8,7 +8,9 @@ delay (``delay`` seconds, PulseAudio's ``latency_msec``) and an attenuation (``g
 room sink's volume), so the avatar's voice really comes back through a device loop.
 PortAudio reaches it through ALSA's ``pulse`` device (Debian's ``libasound2-plugins``);
 ``PULSE_SINK`` / ``PULSE_SOURCE`` in this process's environment pick the sinks.
-:meth:`AudioRig.talk` plays a user's sound straight into the room (``pacat``).
+:meth:`AudioRig.talk` plays a user's sound straight into the room (``pacat``);
+:meth:`AudioRig.hear` records what a sink plays (``parec``), for a test that runs the SDK in
+another process (the ``avatar-sdk talk --voice`` subprocess inherits this environment).
 
 Needs ``pulseaudio``, ``pulseaudio-utils`` and ``libportaudio2`` (``make test`` installs
 them as root). ``AVATAR_SDK_AUDIO=off`` skips the tests that need it.
@@ -40,7 +42,7 @@ def audio_rig_missing() -> str | None:
     """Why the rig cannot run here (None: it can)."""
     if os.environ.get("AVATAR_SDK_AUDIO", "").lower() == "off":
         return "AVATAR_SDK_AUDIO=off"
-    for tool in ("pulseaudio", "pactl", "pacat"):
+    for tool in ("pulseaudio", "pactl", "pacat", "parec"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (make test installs pulseaudio as root)"
     if importlib.util.find_spec("sounddevice") is None:
@@ -145,6 +147,34 @@ class AudioRig:
         proc.stdin.write(pcm)
         proc.stdin.close()
         return proc
+
+    def hear(self, seconds: float, device: str = "speaker.monitor") -> np.ndarray:
+        """Record ``seconds`` of ``device`` (default: what the speaker plays) as float
+        samples (full scale 1, 48 kHz mono); blocks, so a test runs it in a thread."""
+        count = round(seconds * 48000) * 2
+        with subprocess.Popen(
+            ["parec", f"--device={device}", "--format=s16le", "--rate=48000", "--channels=1",
+             "--latency-msec=20", "--raw"],
+            env=self._env(), stdout=subprocess.PIPE,
+        ) as proc:  # fmt: skip
+            assert proc.stdout is not None
+            data = b""
+            try:
+                while len(data) < count:
+                    chunk = proc.stdout.read(count - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                proc.kill()
+        return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float64) / 32768
+
+    def crash(self) -> None:
+        """The audio server dies at once (SIGKILL): every device the SDK holds is lost, as
+        when a USB headset is pulled. :meth:`stop` still cleans up."""
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._pid, 9)
 
     def stop(self) -> None:
         for proc in self._players:

@@ -82,10 +82,17 @@ async def test_with_the_canceller_answers_play_whole_and_the_user_still_barges_i
 ) -> None:
     async with StagingServer(speech_time_scale=0.5) as staging:
         session, voice = await _voice_session(staging, cancel=True)
+        heard: list[object] = []
+        session.on("user_started_talking", heard.append)  # the staging VAD's onsets
+        ours = len(voice.microphone.onsets)  # the canceller has converged on the greeting
         try:
             for turn in range(TURNS):
                 reply = await session.speak(ANSWER).wait_for_playout(timeout=30)
                 assert not reply.interrupted, f"turn {turn}: the avatar interrupted itself"
+            # The uplink is not gated (media/voice.py says why): what it carries while only
+            # the avatar talks never reached the staging VAD as speech, nor ours.
+            assert heard == [], f"the staging VAD heard the avatar {len(heard)} times"
+            assert voice.microphone.onsets[ours:] == []
             for turn in range(TURNS):
                 handle = session.speak(ANSWER)
                 await session.wait_for(
