@@ -28,6 +28,7 @@ _missing = audio_rig_missing()
 pytestmark = [
     pytest.mark.skipif(_missing is not None, reason=f"no audio rig: {_missing}"),
     pytest.mark.xdist_group("audio_rig"),
+    pytest.mark.realtime_audio,  # run alone by `make test`: a starved CPU underruns the loop
 ]
 
 ANSWER = " ".join(f"word{i}" for i in range(20))
