@@ -53,7 +53,11 @@ async def _cli(*args: str, token: str = "unused") -> asyncio.subprocess.Process:
 async def _line_with(proc: asyncio.subprocess.Process, text: str, seen: list[str]) -> str:
     assert proc.stdout is not None
     while True:
-        raw = await proc.stdout.readline()
+        try:
+            async with asyncio.timeout(20):
+                raw = await proc.stdout.readline()
+        except TimeoutError:
+            pytest.fail(f"no {text!r} within 20 s; printed: {seen}")
         assert raw, f"the process ended before printing {text!r}: {seen}"
         seen.append(raw.decode().rstrip("\n"))
         if text in seen[-1]:
@@ -68,8 +72,13 @@ def _greeting_said(staging: StagingServer) -> bool:
 
 
 def _user_voice(seconds: float = 1.0) -> np.ndarray:
+    """Voice-like: harmonics of a gliding pitch with a syllable rhythm. A steady tone is a
+    poor stand-in: the noise suppressor takes it for noise and can bring it under the
+    staging VAD's threshold (the uplink then held it at 0.02-0.035 RMS, from 0.064)."""
     t = np.arange(round(seconds * 48000)) / 48000
-    return 0.3 * np.sin(2 * np.pi * 1000.0 * t)
+    phase = 2 * np.pi * np.cumsum(140 + 60 * np.sin(2 * np.pi * 1.3 * t)) / 48000
+    voice = sum(np.sin(k * phase) / k for k in range(1, 12)) * (0.8 + 0.2 * np.sin(8 * np.pi * t))
+    return 0.5 * voice / np.sqrt((voice**2).mean())
 
 
 @pytest.mark.timeout(60)
