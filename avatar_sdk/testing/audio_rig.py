@@ -33,9 +33,21 @@ from typing import Self
 
 import numpy as np
 
-__all__ = ["AudioRig", "audio_rig_missing"]
+__all__ = ["AudioRig", "audio_rig_missing", "user_voice"]
 
 _ENV = ("XDG_RUNTIME_DIR", "PULSE_RUNTIME_PATH", "PULSE_SERVER", "PULSE_SINK", "PULSE_SOURCE")
+
+
+def user_voice(seconds: float = 1.0) -> np.ndarray:
+    """A user talking, for :meth:`AudioRig.talk`: harmonics of a gliding pitch with a
+    syllable rhythm, float at 48 kHz. Not a steady tone: the echo canceller's noise
+    suppressor takes a steady tone for noise and can hold it under the staging VAD's
+    threshold (the uplink then carried it at 0.02-0.035 RMS, from 0.064)."""
+    t = np.arange(round(seconds * 48000)) / 48000
+    phase = 2 * np.pi * np.cumsum(140 + 60 * np.sin(2 * np.pi * 1.3 * t)) / 48000
+    voice = sum(np.sin(k * phase) / k for k in range(1, 12)) * (0.8 + 0.2 * np.sin(8 * np.pi * t))
+    out: np.ndarray = 0.5 * voice / np.sqrt((voice**2).mean())
+    return out
 
 
 def audio_rig_missing() -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.audio_rig import AudioRig, audio_rig_missing
+from avatar_sdk.testing.audio_rig import AudioRig, audio_rig_missing, user_voice
 
 from .conftest import until
 
@@ -71,16 +71,6 @@ def _greeting_said(staging: StagingServer) -> bool:
     )
 
 
-def _user_voice(seconds: float = 1.0) -> np.ndarray:
-    """Voice-like: harmonics of a gliding pitch with a syllable rhythm. A steady tone is a
-    poor stand-in: the noise suppressor takes it for noise and can bring it under the
-    staging VAD's threshold (the uplink then held it at 0.02-0.035 RMS, from 0.064)."""
-    t = np.arange(round(seconds * 48000)) / 48000
-    phase = 2 * np.pi * np.cumsum(140 + 60 * np.sin(2 * np.pi * 1.3 * t)) / 48000
-    voice = sum(np.sin(k * phase) / k for k in range(1, 12)) * (0.8 + 0.2 * np.sin(8 * np.pi * t))
-    return 0.5 * voice / np.sqrt((voice**2).mean())
-
-
 @pytest.mark.timeout(60)
 async def test_list_devices_shows_the_rigs_devices(rig: AudioRig) -> None:
     proc = await _cli("talk", "--list-devices")  # no URL needed
@@ -124,7 +114,7 @@ async def test_talk_by_voice_hears_the_user_plays_the_answer_and_ends_on_ctrl_c(
                 assert await until(lambda: _greeting_said(staging), 15)
                 await asyncio.sleep(1.0)  # the greeting's tail plays out of the speaker
                 staging.brain.listen(["what time is it"], min_speech=0.25, silence=0.6)
-                player = rig.talk(_user_voice())
+                player = rig.talk(user_voice())
                 await _line_with(proc, "what time is it", seen)  # heard, or its answer
                 played = await asyncio.to_thread(rig.hear, 2.5)
                 while len([line for line in seen if "what time is it" in line]) < 2:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 
 from avatar_sdk import AvatarSession
 from avatar_sdk.media import LocalVoice
 from avatar_sdk.testing import StagingServer
-from avatar_sdk.testing.audio_rig import AudioRig, audio_rig_missing
+from avatar_sdk.testing.audio_rig import AudioRig, audio_rig_missing, user_voice
 
 from .conftest import FAST
 
@@ -58,11 +57,6 @@ async def _voice_session(
     return session, voice
 
 
-def _user_voice(seconds: float = 1.0) -> np.ndarray:
-    t = np.arange(round(seconds * 48000)) / 48000
-    return 0.3 * np.sin(2 * np.pi * 1000.0 * t)
-
-
 @pytest.mark.timeout(120)
 async def test_without_the_canceller_the_avatar_interrupts_itself(rig: AudioRig) -> None:
     """The loop is real: the avatar's voice through it makes the staging VAD fire."""
@@ -100,7 +94,7 @@ async def test_with_the_canceller_answers_play_whole_and_the_user_still_barges_i
                 )
                 await asyncio.sleep(0.5)
                 heard = session.expect("user_transcription", timeout=15)
-                player = rig.talk(_user_voice())
+                player = rig.talk(user_voice())
                 reply = await handle.wait_for_playout(timeout=30)
                 assert reply.interrupted, f"turn {turn}: the user did not interrupt"
                 await asyncio.to_thread(player.wait, 10)
