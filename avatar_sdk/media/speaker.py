@@ -232,7 +232,8 @@ class SpeakerSink:
             take = np.concatenate([take, np.zeros(frames - len(take), dtype=np.int16)])
         outdata[:] = take.tobytes()
         until_heard = 0.0
-        with contextlib.suppress(Exception):
+        # A host API without output timing hands no such fields (or None): nothing to add.
+        with contextlib.suppress(AttributeError, TypeError):
             until_heard = max(0.0, float(time_info.outputBufferDacTime - time_info.currentTime))
         loop = self._loop
         if loop is not None:

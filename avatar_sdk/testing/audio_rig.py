@@ -201,7 +201,7 @@ class AudioRig:
                 os.environ[key] = value
         self._saved.clear()
         if self._dir is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run(
                     ["pulseaudio", "--kill"],
                     check=False,

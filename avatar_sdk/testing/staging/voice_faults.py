@@ -25,13 +25,17 @@ SSRC (bytes 8-12) and leaves every other stream (the video, RTCP) alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ...besteffort import best_effort
+from ...logs import sdk_logger
+
+log = sdk_logger(__name__)
 
 __all__ = [
     "MAX_JITTER",
@@ -202,7 +206,7 @@ class VoiceFaults:
     async def _send_late(self, data: bytes) -> None:
         # The peer may have closed meanwhile (aiortc raises ConnectionError): that packet
         # is lost, as it would be on a path that went down.
-        with contextlib.suppress(Exception):
+        with best_effort("sending a delayed voice packet", log):
             await self._send(data)
 
 

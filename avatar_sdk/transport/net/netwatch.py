@@ -27,6 +27,8 @@ from ...logs import sdk_logger
 from ..liveness.netchange import (
     DUMPS,
     GROUPS,
+    NLMSG_DONE,
+    NLMSG_ERROR,
     NetworkState,
     Snapshot,
     diff_snapshots,
@@ -34,8 +36,6 @@ from ..liveness.netchange import (
     snapshot_of,
     split_messages,
 )
-from ..liveness.netchange import NLMSG_DONE as _DONE
-from ..liveness.netchange import NLMSG_ERROR as _ERROR
 
 __all__ = ["NetworkWatcher", "host_snapshot"]
 
@@ -154,7 +154,7 @@ class NetworkWatcher:
                 changes = state.apply_all(messages)
                 self._addresses = frozenset(address for _, address in state.addresses)
                 if dumping:
-                    if any(m.type in (_DONE, _ERROR) for m in messages):
+                    if any(m.type in (NLMSG_DONE, NLMSG_ERROR) for m in messages):
                         if dumps:
                             await loop.sock_sendall(sock, dump_request(dumps.pop(0)))
                         else:

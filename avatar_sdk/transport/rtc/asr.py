@@ -47,7 +47,7 @@ from ...media.opus import (
     opus_silence,
     packet_samples,
 )
-from ...media.opus import TIME_BASE as _TIME_BASE
+from ...media.opus import TIME_BASE as OPUS_TIME_BASE
 from .consent import ConsentProbe, ConsentWatch, probe_interval
 from .ice import apply_answer, close_peer, set_local_description
 
@@ -161,7 +161,7 @@ class UplinkTrack(MediaStreamTrack):
                     samples = packet_samples(got)
                     if not self.muted:
                         got.pts = self._pts
-                        got.time_base = _TIME_BASE
+                        got.time_base = OPUS_TIME_BASE
                         self._pts += samples
                         self.frames_sent += 1
                         return got
@@ -286,7 +286,7 @@ class _PeerTrack(MediaStreamTrack):
         """``packet`` at ``pts`` on this peer's timeline (None: right after the last one)."""
         at = self._next_pts if pts is None else max(pts, self._next_pts)
         packet.pts = at
-        packet.time_base = _TIME_BASE
+        packet.time_base = OPUS_TIME_BASE
         self._next_pts = at + packet_samples(packet)
         return packet
 
