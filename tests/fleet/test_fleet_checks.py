@@ -223,5 +223,5 @@ def test_child_processes_mirror_one_list_of_loggers() -> None:
 
 
 def test_the_uplink_uses_the_opus_module_constants() -> None:
-    assert asr._TIME_BASE is opus.TIME_BASE
+    assert asr.OPUS_TIME_BASE is opus.TIME_BASE
     assert asr.SAMPLE_RATE is opus.SAMPLE_RATE and asr.FRAME_SAMPLES is opus.FRAME_SAMPLES
