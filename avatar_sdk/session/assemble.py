@@ -358,7 +358,11 @@ class SourceErrors:
         self._bus = bus
 
     def failed(self, code: ErrorCode, exc: BaseException) -> None:
-        log.warning("audio source failed (%s); the uplink continues with silence", code)
+        log.warning(
+            "audio source failed (%s: %s); the uplink continues with silence",
+            code,
+            type(exc).__name__,
+        )
         self._bus.emit("error", AvatarError(code, type(exc).__name__).as_event())
 
 

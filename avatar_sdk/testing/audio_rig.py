@@ -22,6 +22,7 @@ import contextlib
 import ctypes.util
 import importlib.util
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -145,6 +146,28 @@ class AudioRig:
         os.environ["PULSE_SINK"] = "speaker"
         os.environ["PULSE_SOURCE"] = "room.monitor"
         _rescan_portaudio()
+        self._wait_until_the_room_is_heard()
+
+    def _wait_until_the_room_is_heard(self, timeout: float = 15.0) -> None:
+        """Return once the microphone's source delivers audio. A fresh null sink's monitor
+        first answers after about 1.9 s (measured); a microphone opened before that waits
+        as long for its first frame, near :class:`~avatar_sdk.media.MicrophoneSource`'s
+        stall timeout (2 s), so a slow machine failed it as ``device_busy``."""
+        with subprocess.Popen(
+            ["parec", "--device=room.monitor", "--format=s16le", "--rate=48000",
+             "--channels=1", "--latency-msec=20", "--raw"],
+            env=self._env(), stdout=subprocess.PIPE,
+        ) as proc:  # fmt: skip
+            assert proc.stdout is not None
+            try:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+                    if ready and proc.stdout.read1(1920):  # type: ignore[attr-defined]
+                        return
+                raise RuntimeError(f"the rig's room.monitor gave no audio in {timeout}s")
+            finally:
+                proc.kill()
 
     def talk(self, samples: np.ndarray, rate: int = 48000) -> subprocess.Popen[bytes]:
         """Play ``samples`` (float, full scale 1) into the room, as a user talking."""
