@@ -329,6 +329,18 @@ class SpeechHandle:
                 self._linger = None
             self._check_final()
 
+    def _cut(self, cause: str) -> None:
+        """Its reply was being said on a server session that is gone (see
+        :meth:`ReplyMatch.cut`): said now; what of its voice already arrived still plays."""
+        if self._error is not None or self._match.said:
+            return
+        now = self._clock.monotonic()
+        self._match.cut(cause, now)
+        if self._match.said:
+            self._on_said(now)
+        self._changed.set()
+        self._check_final()
+
     def _fail(self, error: AvatarError) -> None:
         if self._error is None and not self._match.said:
             self._error = error
@@ -492,10 +504,14 @@ class Replies:
 
     def cut(self) -> list[str]:
         """A renewal's swap cut the agent turn in progress (its old server session is
-        gone): the floor is free, and the texts of the turns whose reply had not ended are
-        returned, to be asked again on the new server session."""
+        gone): the floor is free, a reply generated but still being said counts as said
+        then (``interrupted_by`` ``"renewal"``), and the texts of the turns whose reply had
+        not ended are returned, to be asked again on the new server session."""
         self.floor.reset()
         self._floor_changed.set()
+        for handle in self._live:
+            if handle._match.ended:
+                handle._cut("renewal")  # generated, but its saying ended with that session
         return [
             h._match.question or h.text
             for h in self._live

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode, Event, RenewalPolicy
+from avatar_sdk.media import ToneSource
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.brain import RECALL_PROMPT
 
@@ -394,3 +395,37 @@ async def test_when_every_attempt_fails_the_current_link_serves_until_its_cap_th
     assert "ended" not in [e.name for e in seen.events]
     reply = await session.ask("still with me?", timeout=HANG_GUARD)
     assert reply.text == "You said: still with me?"
+
+
+async def test_a_turn_cut_mid_answer_by_a_renewal_finishes_its_playout(
+    staging: StagingServer,
+) -> None:
+    """A renewal that cuts a turn while the avatar is saying its answer (``cut_turn``):
+    that turn's ``wait_for_playout`` returns once the resent turn's answer has played,
+    not at its timeout (it used to wait the whole 30 s out)."""
+    staging.speech_time_scale = 1.0  # the answer lasts seconds: the cut lands mid-answer
+    session = AvatarSession(
+        staging.url, staging.token, thread_id="thr-cut-playout", audio=ToneSource(),
+        config=FAST.with_(renewal=RenewalPolicy(lead_time=3.5, boundary_wait=0.3,
+                                                safety_margin=1.0)),
+        allow_insecure_transport=True,
+    )  # fmt: skip
+    try:
+        await session.connect(wait_for_greeting=True)
+        await session.wait_until_quiet(timeout=HANG_GUARD)
+        text = " ".join(f"word{i}" for i in range(40))
+        handle = session.speak(text)
+        await session.wait_for(
+            "agent_talking", timeout=HANG_GUARD, predicate=lambda e: e.data["talking"]
+        )
+        renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+        await asyncio.wait_for(session.renew(), HANG_GUARD)
+        assert (await renewed).data["cut_turn"] is True
+        reply = await handle.wait_for_playout(timeout=20.0)
+        assert reply.text.startswith("You said: word0")
+        assert reply.interrupted and reply.interrupted_by == "renewal"
+        assert reply.played_latency is not None  # what of its voice had arrived played
+        after = await session.ask("and now?", timeout=HANG_GUARD)
+        assert after.text == "You said: and now?"
+    finally:
+        await session.close()

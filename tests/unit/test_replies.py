@@ -125,6 +125,29 @@ def test_an_interruption_is_reported_with_its_cause() -> None:
     assert superseded.snapshot().interrupted_by == "superseded"
 
 
+def test_a_renewal_cut_ends_the_saying_of_a_generated_reply_and_only_that() -> None:
+    """A renewal's swap retires the server session still saying the reply: no event will
+    end its saying, so the cut does (at its time, by ``"renewal"``)."""
+    match = ReplyMatch()
+    match.sent("Hello?", at=0.0)
+    feed(match, turn(HELLO, "t1", ["You said"], at=0.1)[:6])  # ended, still being said
+    assert not match.said
+    match.cut("renewal", 2.0)
+    reply = match.snapshot()
+    assert match.said_at == 2.0 and reply.interrupted_by == "renewal"
+    match.feed("agent_talking", {"talking": False}, 3.0)  # a late event changes nothing
+    assert match.said_at == 2.0
+    whole = ReplyMatch()
+    whole.sent("Hello?", at=0.0)
+    feed(whole, turn(HELLO, "t1", ["You said"], at=0.1))  # said to its end before the cut
+    whole.cut("renewal", 2.0)
+    assert whole.snapshot().interrupted_by is None and whole.said_at == pytest.approx(0.7)
+    unanswered = ReplyMatch()
+    unanswered.sent("Hello?", at=0.0)
+    unanswered.cut("renewal", 2.0)  # nothing began: it is resent, not cut
+    assert not unanswered.said
+
+
 def test_a_resent_turns_reply_replaces_what_began_before() -> None:
     match = ReplyMatch()
     match.sent("Hello?", at=0.0)

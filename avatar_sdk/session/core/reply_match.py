@@ -292,6 +292,13 @@ class ReplyMatch:
         if self.audio_at is None and self.sent_at is not None and at >= self.sent_at:
             self.audio_at = at
 
+    def cut(self, cause: str, at: float) -> None:
+        """Its saying ended with no event to say so (a renewal's swap retired the server
+        session saying it): said from ``at``, interrupted by ``cause``."""
+        if self.adopted and self.said_at is None:
+            self.interrupted_by = self.interrupted_by or cause
+            self.said_at = at
+
     def settle(self, at: float) -> None:
         """The reply ended with nothing (more) to say: it counts as said from ``at``
         (its turn ended with no spoken text, or the avatar never reported talking)."""
