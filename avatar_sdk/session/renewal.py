@@ -56,6 +56,8 @@ Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 WATCH_TICK = 0.25
 #: How long, at most, the gap waits for the new link's first frame after the swap.
 GAP_WAIT = 2.0
+#: An old link that handed no frame on for this long was idle at the swap (see _gap_start).
+IDLE_BEFORE_SWAP = 0.5
 #: Longest an opening greeting on a prepared link may run before it counts as over.
 OPENING_CAP = 60.0
 
@@ -264,7 +266,7 @@ class RenewalController:
             await self._discard(prepared)
             raise
         old = self._slot.current
-        last_frame = _last_out(old)
+        last_frame = _gap_start(old, self._clock.monotonic())
         abandoned = self._parts.abandon_tool_calls() if cut else []
         self._swap(prepared, old)
         if old is not None:
@@ -290,7 +292,7 @@ class RenewalController:
             log.info("break-before-make renewal not started in %s", m.state)
             return
         old = self._slot.current
-        last_frame = _last_out(old)
+        last_frame = _gap_start(old, self._clock.monotonic())
         abandoned = self._parts.abandon_tool_calls() if cut else []
         await self._slot.retire(self._config.close_timeout / 2)
         retry = policy.retry
@@ -491,9 +493,16 @@ class RenewalController:
             await self._discard(prepared)
 
 
-def _last_out(link: ServerLink | None) -> float | None:
+def _gap_start(link: ServerLink | None, now: float) -> float | None:
+    """Where the swap's gap begins: the old link's last frame handed to the outputs, or
+    ``now`` (the swap, or the break) when it has handed none on for
+    :data:`IDLE_BEFORE_SWAP` (the avatar silent, no video: no frame was due, and the
+    silence before the swap is not its gap). None without a downlink."""
     stv = link.lanes.stv if link is not None and link.lanes is not None else None
-    return stv.last_out_at if stv is not None else None
+    if stv is None:
+        return None
+    last = stv.last_out_at
+    return now if last is None or now - last > IDLE_BEFORE_SWAP else last
 
 
 async def _until_began(clock: Clock, limit: float, prepared: _Prepared) -> None:

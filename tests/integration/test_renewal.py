@@ -429,3 +429,25 @@ async def test_a_turn_cut_mid_answer_by_a_renewal_finishes_its_playout(
         assert after.text == "You said: and now?"
     finally:
         await session.close()
+
+
+async def test_the_gap_of_a_renewal_in_the_avatars_silence_counts_from_the_swap(
+    staging: StagingServer,
+) -> None:
+    """An audio-only session whose avatar has been silent a while: the renewal's ``gap`` is
+    the swap's own interruption, not the silence before it (it read the seconds since the
+    greeting's last frame: 15 s under a 20 s cap)."""
+    session = AvatarSession(
+        staging.url, staging.token, video=False, thread_id="thr-quiet-gap",
+        config=FAST.with_(renewal=RenewalPolicy()), allow_insecure_transport=True,
+    )  # fmt: skip
+    try:
+        await session.connect(wait_for_greeting=True)
+        await session.wait_until_quiet(timeout=HANG_GUARD)
+        await asyncio.sleep(2.0)  # the avatar silent: no voice frame handed on meanwhile
+        renewed = session.expect("session_renewed", timeout=HANG_GUARD)
+        await asyncio.wait_for(session.renew(), HANG_GUARD)
+        gap = (await renewed).data["gap"]
+        assert gap is not None and gap < 1.0
+    finally:
+        await session.close()
