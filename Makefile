@@ -83,8 +83,19 @@ audio-tools:
 	    echo "  sudo apt-get install -y --no-install-recommends pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins" >&2; exit 1; \
 	  fi; }
 
-demo: $(STAMP)
-	$(PY) -m avatar_sdk._cli demo
+# The demo needs the SDK alone: its own small venv (about 270 MB; .venv, with every
+# development extra for the tests and tools, is about 1.4 GB).
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e .
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python -m avatar_sdk._cli demo
 
 # pytest-xdist workers: twice the CPUs this process may use (capped at 16). Most tests wait on
 # sockets and timers rather than compute, so more workers than cores shortens the run (2 cores:
@@ -151,4 +162,4 @@ diagram: $(STAMP)
 	$(PY) -m avatar_sdk._cli diagram
 
 clean:
-	rm -rf $(VENV) .venv-3.* tests/interop/node/node_modules tools/docs-assets/node_modules tests/browser/web/node_modules site
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* tests/interop/node/node_modules tools/docs-assets/node_modules tests/browser/web/node_modules site

@@ -33,6 +33,7 @@ from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.staging.control import BRAIN_SCRIPTS, fault_names
 
 from .conftest import FAST, until
+from .core_only import core_site
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Shrunk timeouts for the command line (the same as the suite's FAST config).
@@ -515,3 +516,17 @@ async def test_docs_show_a_runnable_example_for_every_fault_and_brain_script() -
                 status, answer = await _post(http, staging.url + path, body)
                 assert (status, answer.get("ok")) == (200, True), (path, answer)
         assert staging.faults.injected  # they really ran
+
+
+async def test_the_demo_runs_on_the_core_install(tmp_path: Path) -> None:
+    """``make demo`` installs the SDK alone (its small ``.venv-demo``): the demo, media and
+    faults included, needs nothing of the extras (issue 33, item 6)."""
+    site = core_site(tmp_path / "site")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-S", "-m", "avatar_sdk._cli", "demo", "--faults", "socket,stv",
+        cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, stdout.decode()[-2000:] + stderr.decode()[-2000:]
+    assert re.search(r"^stv\s+.*\s+media\s+.*recovered$", stdout.decode(), re.MULTILINE)
