@@ -98,3 +98,34 @@ async def test_a_close_during_a_cold_attempts_whep_post_deletes_its_resource(
     await turns(offset)
     await session.close()
     await assert_released(staging)
+
+
+async def test_a_whep_post_slower_than_half_the_close_budget_is_still_deleted(
+    staging: StagingServer,
+) -> None:
+    """The close lets an in-flight POST take most of ``close_timeout`` (it used to cancel
+    it at half, and the resource the server made for it stayed)."""
+    staging.faults.whep_delay(0.7)
+    session = media_session(staging, close_timeout=1.0)
+    connecting = asyncio.ensure_future(session.connect())
+    await post_in_flight(staging, 0)
+    await session.close()
+    with pytest.raises(AvatarError):
+        await connecting
+    await assert_released(staging)
+
+
+async def test_a_whep_post_slower_than_the_close_budget_is_cancelled_and_said(
+    staging: StagingServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``close()`` stays bounded: a POST still unanswered when most of ``close_timeout`` is
+    spent is cancelled, and a warning says what the server may still hold."""
+    staging.faults.whep_delay(3.0)
+    session = media_session(staging, close_timeout=0.5)
+    connecting = asyncio.ensure_future(session.connect())
+    await post_in_flight(staging, 0)
+    with caplog.at_level("WARNING", logger="avatar_sdk"):
+        await asyncio.wait_for(session.close(), 2.0)
+    with pytest.raises(AvatarError):
+        await connecting
+    assert "WHEP POST unanswered" in caplog.text

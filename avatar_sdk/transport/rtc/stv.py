@@ -45,6 +45,9 @@ _WHEP_HINTS = {
 
 #: Redirect statuses: a WHEP request never follows one (its target was never checked).
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: The share of ``close(timeout)`` an in-flight WHEP POST may still take: its DELETE, one
+#: request on a connection already open, needs far less than the rest.
+POST_SHARE_AT_CLOSE = 0.8
 
 
 def is_private_host(url: str) -> bool:
@@ -424,16 +427,24 @@ class StvDownlink:
 
     async def close(self, timeout: float = 1.0) -> None:
         """DELETE the WHEP resource (exactly once), close the peer, stop the pumps. A POST
-        still in flight is let finish first (within half of ``timeout``, the DELETE gets
-        the rest): the resource it creates is DELETEd too."""
+        still in flight is let finish first, within :data:`POST_SHARE_AT_CLOSE` of
+        ``timeout`` (the DELETE it makes necessary gets the rest): the resource it creates
+        is DELETEd too. A POST slower than that is cancelled and logged: the server may
+        hold what it made for it until it reaps it."""
         posting = self._posting
         if posting is not None and not posting.done():
             started = asyncio.get_running_loop().time()
-            done, _ = await asyncio.wait({posting}, timeout=timeout / 2)
+            done, _ = await asyncio.wait({posting}, timeout=timeout * POST_SHARE_AT_CLOSE)
             if not done:
+                log.warning(
+                    "WHEP POST unanswered %.2gs into close: cancelled; the server may hold"
+                    " the viewer it creates until it reaps it",
+                    timeout * POST_SHARE_AT_CLOSE,
+                )
                 posting.cancel()
                 await asyncio.wait({posting})
-            timeout = max(timeout / 2, timeout - (asyncio.get_running_loop().time() - started))
+            spent = asyncio.get_running_loop().time() - started
+            timeout = max(timeout * (1 - POST_SHARE_AT_CLOSE), timeout - spent)
         if self.location is not None and not self._deleted:
             self._deleted = True
             try:
