@@ -38,6 +38,8 @@ def timelines_from_journal(entries: Iterable[Mapping[str, Any]]) -> list[Timelin
     appended to: several sessions may share one)."""
     by_session: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
+        if not isinstance(entry.get("event"), str):
+            continue  # not a journal line
         label = entry.get("session")
         by_session.setdefault(str(label) if label is not None else "session", []).append(entry)
     return [timeline_from_journal(lines, label) for label, lines in by_session.items()]
