@@ -21,6 +21,7 @@ from ..errors import AvatarError
 from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
 from .fleet import command as fleet_command
+from .inspect import command as inspect_command
 from .netlab import command as netlab_command
 from .options import TOKEN_ENV, read_token
 from .replay import command as replay_command
@@ -370,6 +371,9 @@ main.add_command(fleet_command)
 
 # -- replay (its options live with it) --------------------------------------------------------
 main.add_command(replay_command)
+
+# -- inspect (its options live with it) -------------------------------------------------------
+main.add_command(inspect_command)
 
 # -- netlab (its options live with it) --------------------------------------------------------
 main.add_command(netlab_command)

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import json
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,10 +26,19 @@ from .line_writer import LineWriter
 log = sdk_logger(__name__)
 
 #: Events worth a line. Conversation content (agent_text, captions, transcriptions) is
-#: deliberately absent: a journal is an operations record, not a transcript.
+#: deliberately absent: a journal is an operations record, not a transcript (the events
+#: below that carry some are cut to their operational fields by ``JOURNALED_FIELDS``).
+#: ``avatar-sdk inspect`` draws a session from these lines.
 JOURNALED: Final = frozenset(
     {
         "state_changed",
+        "connect_retrying",
+        "turn_latency",
+        "tool_call",
+        "turn_resent",
+        "brain_stalled",
+        "session_renewing",
+        "session_renewed",
         "connected",
         "reconnecting",
         "reconnected",
@@ -44,6 +54,34 @@ JOURNALED: Final = frozenset(
         "ended",
     }
 )
+
+#: The fields journaled of an event that carries conversation content elsewhere in its
+#: data (a speech id holds the start of the user's words, a tool call's arguments and a
+#: resent turn's text are content); events absent here are journaled whole.
+JOURNALED_FIELDS: Final[Mapping[str, frozenset[str]]] = {
+    "turn_latency": frozenset(
+        {
+            "source",
+            "text_latency",
+            "audio_latency",
+            "generated_latency",
+            "played_latency",
+            "voice_to_voice",
+            "interrupted",
+        }
+    ),
+    "tool_call": frozenset({"name", "call_id"}),
+    "turn_resent": frozenset({"tier"}),
+}
+
+
+def journaled_data(name: str, data: Any) -> Any:
+    """``data`` as journaled for event ``name``: only its operational fields."""
+    kept = JOURNALED_FIELDS.get(name)
+    if kept is None or not isinstance(data, Mapping):
+        return data
+    return {k: v for k, v in data.items() if k in kept}
+
 
 #: Lines waiting for the disk beyond this are dropped (and the gap recorded): memory stays
 #: bounded when the disk stalls, and the loop never waits for it.
@@ -96,7 +134,7 @@ class Journal:
             "t": round(at - self._start, 4),
             "session": self._label,
             "event": name,
-            "data": scrub(data),
+            "data": scrub(journaled_data(name, data)),
         }
         return json.dumps(entry, default=str) + "\n"
 

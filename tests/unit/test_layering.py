@@ -38,6 +38,8 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["chat", "scripted", "integrations", "telemetry", "testing"], 5),
     # the fleet runner drives the staging backend's fault API (ScenarioContext.fault)
     "fleet": 6,
+    # inspect draws cassettes and journals (later a fleet run's sessions)
+    "inspect": 6,
     "_cli": 7,
 }  # fmt: skip
 
