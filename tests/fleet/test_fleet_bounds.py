@@ -57,12 +57,16 @@ async def test_duration_ends_a_long_pause(staging: StagingServer) -> None:
     seen: list[dict[str, Any]] = []
     plan = FleetPlan(
         f"{SCENARIOS}:long_pause", spec_for(staging), sessions=2, rate=50.0,
-        iterations=0, duration=1.0,
+        iterations=0, duration=4.0,
     )  # fmt: skip
+    # 4 s: room for both connects and turns on a loaded machine (at 1 s, a run under load
+    # ended before either session's first turn); the pause is 120 s.
     began = time.monotonic()
-    report = await asyncio.wait_for(run_fleet(plan, engine="inline", on_measurement=seen.append), 8)
+    report = await asyncio.wait_for(
+        run_fleet(plan, engine="inline", on_measurement=seen.append), 30
+    )
 
-    assert time.monotonic() - began < 6.0
+    assert time.monotonic() - began < 30.0  # the duration, not the 120 s pause, ended it
     assert report.ok and report.finished == 2
     assert len(by_kind(seen, "turn")) == 2  # one iteration each: the pause outlived the run
 

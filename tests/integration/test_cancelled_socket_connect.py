@@ -73,13 +73,14 @@ def cancel_on_connect_reply(
 
 async def outcome(task: asyncio.Task[Any], cancelled: list[bool]) -> None:
     """A task cancelled while it ran raises ``CancelledError``; one that had finished
-    before its cancel keeps its result."""
+    before its cancel (or before the cancel was even issued: on 3.12+ ``wait_for`` runs in
+    the caller's task, so the connect ends in fewer loop turns) keeps its result."""
     try:
         await task
     except asyncio.CancelledError:
         assert cancelled == [True]
         return
-    assert cancelled == [False], "cancelled while running, yet it returned a result"
+    assert True not in cancelled, "cancelled while running, yet it returned a result"
 
 
 @pytest.mark.parametrize("hops", [0, 1, 2, 3])

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -468,6 +469,22 @@ def open_http_sessions() -> list[aiohttp.ClientSession]:
     return [o for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed]
 
 
+def sessions_made_by(eio: object, monkeypatch: pytest.MonkeyPatch) -> list[aiohttp.ClientSession]:
+    """The aiohttp sessions engine.io client ``eio`` creates from now on. Only its own: in
+    the parallel suite, another test's lingering task in this worker may create one while
+    this test runs (a process-wide count then blamed this client, under load only)."""
+    made: list[aiohttp.ClientSession] = []
+    inner = aiohttp.ClientSession.__init__  # the http_close fixture's, when it patched it
+
+    def init(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        inner(self, *args, **kwargs)
+        if sys._getframe(1).f_locals.get("self") is eio:  # created in eio's own method
+            made.append(self)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", init)
+    return made
+
+
 @pytest.fixture(params=["aiohttp", "overlapping"])
 def http_close(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How aiohttp sessions close: as installed, or ``overlapping``: as they do on Python
@@ -497,14 +514,14 @@ def http_close(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("ending", ["close_gracefully", "abort", "server_disconnect"])
 async def test_no_http_session_outlives_a_client_that_recovered(
-    node_server: NodeServer, http_close: str, ending: str
+    node_server: NodeServer, http_close: str, ending: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without ``http_session``, engine.io makes an aiohttp session per connection. After
     recoveries (the server kills the transport, the client reconnects at once, as the
     socket tier does) and however the client ends, none of those sessions is left open."""
-    before = {id(s) for s in open_http_sessions()}
     rec = Recorder()
     client = Harness().client(rec, "gap")
+    made = sessions_made_by(client.eio, monkeypatch)
     await connect(client, node_server)
     for _ in range(3):
         await drop_transport(client, node_server, gap=1)
@@ -519,7 +536,8 @@ async def test_no_http_session_outlives_a_client_that_recovered(
         await client.emit("server_disconnect")
         await wait_disconnected(client)
         await client.close_gracefully(2.0)  # what a caller does after the end
-    leaked = [s for s in open_http_sessions() if id(s) not in before]
+    assert made, "the check watched no session of this client"
+    leaked = [s for s in made if not s.closed]
     assert leaked == [], f"{len(leaked)} aiohttp session(s) left open ({http_close} close)"
 
 
