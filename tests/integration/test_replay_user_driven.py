@@ -1,0 +1,243 @@
+"""Replay where the user's code drives (issue 33, item 8): the recorded backend answers the
+session the application opens itself, event by event as recorded, and reports the first
+point where the application did something the recording did not. Over real sockets: a
+session recorded against the staging backend (user text redacted, as in the field), then
+the application's own code against ``ReplayServer(cassette, drive="user")``."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from avatar_sdk import AvatarError, AvatarSession, ErrorCode
+from avatar_sdk.cassette import load
+from avatar_sdk.testing import ReplayServer, StagingServer
+from avatar_sdk.wire import Out
+
+from .conftest import FAST
+
+pytest_plugins = ["pytester"]
+
+#: Each recorded client step is waited for this long before the replay reports it missing.
+ANSWER = 4.0
+CONFIG = FAST.with_(overall_connect_timeout=10.0, turn_confirm_timeout=0.1)
+QUESTIONS = ["What can you do?", "Thanks!"]
+
+
+async def qa_app(session: AvatarSession, questions: list[str]) -> list[str]:
+    """The application under test: asks each question, keeps each spoken answer."""
+    return [(await session.ask(question, timeout=15)).text for question in questions]
+
+
+async def record(staging: StagingServer, path: Path, *, content: bool = False) -> list[str]:
+    session = AvatarSession(
+        staging.url, staging.token, genie_url=staging.genie_url, media=False,
+        allow_insecure_transport=True, config=CONFIG, record=path, record_content=content,
+    )  # fmt: skip
+    async with session:
+        return await qa_app(session, QUESTIONS)
+
+
+@pytest.fixture
+async def field(staging: StagingServer, tmp_path: Path) -> tuple[Path, list[str]]:
+    path = tmp_path / "field.jsonl"
+    answers = await record(staging, path)
+    assert answers == [f"You said: {q}" for q in QUESTIONS]
+    assert '"user-text-1"' in path.read_text()  # redacted, as recorded in the field
+    return path, answers
+
+
+@pytest.fixture
+async def field_with_content(staging: StagingServer, tmp_path: Path) -> Path:
+    path = tmp_path / "field-content.jsonl"
+    await record(staging, path, content=True)
+    return path
+
+
+def turn_records(path: Path) -> list[Any]:
+    """The recorded typed turns (not the barge-in markers)."""
+    return [
+        r
+        for r in load(path).records
+        if r.kind == "out" and r.name == Out.TEXT_ENTERED and r.data["payload"].get("text")
+    ]
+
+
+async def run_app(
+    backend: ReplayServer, questions: list[str]
+) -> tuple[list[str] | AvatarError, list[dict[str, Any]]]:
+    """The application's own session against the replay: its answers (or the error it got)
+    and the ``session_error`` events it saw."""
+    session = AvatarSession(backend.url, backend.token, **backend.session_options())
+    errors: list[dict[str, Any]] = []
+    session.on("session_error", lambda e: errors.append(e.data))
+    outcome: list[str] | AvatarError
+    try:
+        async with session:
+            outcome = await qa_app(session, questions)
+    except AvatarError as exc:
+        outcome = exc
+    return outcome, errors
+
+
+async def test_the_same_application_code_replays_the_same(
+    field: tuple[Path, list[str]],
+) -> None:
+    path, answers = field
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        outcome, errors = await run_app(backend, QUESTIONS)
+        result = await backend.verdict()
+    assert result.same, str(result)
+    assert result.matched == result.steps > 10
+    # the server answers as it did, with the user's own text where the cassette has its
+    # placeholder (the reply is matched to its question by the text its speechId carries)
+    assert outcome == answers
+    assert errors == []
+    assert backend.calls.empty()  # no recorded call is handed to a runner in this mode
+
+
+async def test_a_different_question_diverges_at_that_turn_and_ends_the_session(
+    field_with_content: Path,
+) -> None:
+    path = field_with_content
+    second = turn_records(path)[1]
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        async with asyncio.timeout(ANSWER + 10):  # the application is not left hanging
+            outcome, errors = await run_app(backend, [QUESTIONS[0], "Something else"])
+        result = await backend.verdict()
+    divergence = result.divergence
+    assert divergence is not None
+    assert divergence.index == second.index
+    assert divergence.expected == f"-> {Out.TEXT_ENTERED} text='Thanks!'"
+    assert divergence.got == f"-> {Out.TEXT_ENTERED} text='Something else'"
+    assert f"record {second.index}" in str(result)
+    # the client is told, and its pending ask fails with a classified error
+    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
+    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+    assert str(divergence) in errors[0]["message"]
+
+
+async def test_in_a_redacted_cassette_a_question_asked_again_diverges(
+    field: tuple[Path, list[str]],
+) -> None:
+    """Without content, each placeholder is bound to the first text sent in its place: a
+    new question is not told from the recorded one, the first one asked again is."""
+    path, _ = field
+    second = turn_records(path)[1]
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        async with asyncio.timeout(ANSWER + 10):
+            outcome, errors = await run_app(backend, [QUESTIONS[0], QUESTIONS[0]])
+        result = await backend.verdict()
+    assert result.divergence is not None
+    assert result.divergence.index == second.index
+    assert result.divergence.expected == f"-> {Out.TEXT_ENTERED} text='user-text-2'"
+    assert result.divergence.got == f"-> {Out.TEXT_ENTERED} text={QUESTIONS[0]!r}"
+    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
+    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+
+
+async def test_a_turn_missing_when_the_client_closed_is_the_divergence(
+    field: tuple[Path, list[str]],
+) -> None:
+    path, _ = field
+    marker = turn_records(path)[1].index - 1  # the second turn's barge-in marker, first
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        outcome, _ = await run_app(backend, QUESTIONS[:1])
+        result = await backend.verdict()
+    assert outcome == [f"You said: {QUESTIONS[0]}"]
+    assert result.divergence is not None
+    assert result.divergence.index == marker
+    assert result.divergence.expected == f"-> {Out.TEXT_ENTERED} text=''"
+    assert result.divergence.got == "socket closed (client disconnect)"
+
+
+async def test_a_question_more_than_recorded_is_a_divergence_at_the_close(
+    field: tuple[Path, list[str]],
+) -> None:
+    path, _ = field
+    close = [r for r in load(path).records if r.kind == "drop"][-1]
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        async with asyncio.timeout(ANSWER + 10):
+            outcome, errors = await run_app(backend, [*QUESTIONS, "One more thing"])
+        result = await backend.verdict()
+    assert result.divergence is not None
+    assert result.divergence.index == close.index
+    assert result.divergence.expected == "socket closed (io client disconnect)"
+    # ask() waits for the avatar to finish saying the last answer, which the recording,
+    # closed first, does not have: nothing came instead of the close
+    assert result.divergence.got == f"no close within {ANSWER:g} s"
+    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
+    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+
+
+async def test_no_application_at_all_is_a_divergence_within_the_answer_timeout(
+    field: tuple[Path, list[str]],
+) -> None:
+    path, _ = field
+    async with ReplayServer(path, drive="user", answer_timeout=0.5) as backend:
+        result = await backend.verdict()
+    assert result.divergence is not None
+    assert result.divergence.expected.startswith("socket opened (new")
+    assert result.divergence.got == "no connection within 0.5 s"
+
+
+INI = "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+
+
+def test_the_recorded_backend_fixture_fails_a_diverging_app(
+    pytester: pytest.Pytester, field_file: Path
+) -> None:
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_user=textwrap.dedent(
+            f"""
+            from avatar_sdk import AvatarSession
+
+            CASSETTE = {str(field_file)!r}
+
+            async def app(backend, questions):
+                session = AvatarSession(backend.url, backend.token, **backend.session_options())
+                async with session:
+                    for question in questions:
+                        await session.ask(question, timeout=15)
+
+            async def test_same(recorded_backend):
+                await app(await recorded_backend(CASSETTE, answer_timeout=4), {QUESTIONS!r})
+
+            async def test_diverges(recorded_backend):
+                backend = await recorded_backend(CASSETTE, answer_timeout=4)
+                await app(backend, {QUESTIONS[:1]!r})
+
+            async def test_reads_its_own_verdict(recorded_backend):
+                backend = await recorded_backend(CASSETTE, answer_timeout=4)
+                await app(backend, {QUESTIONS[:1]!r})
+                assert not (await backend.verdict()).same
+            """
+        )
+    )
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, errors=1)  # the call passed, its teardown failed
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_diverges*",
+            "*the application diverged from the recording: first divergence at record *"
+            "expected -> onTextEntered text=''; got socket closed (client disconnect)*",
+        ]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def field_file(tmp_path: Path) -> Path:
+    """The field session recorded in a loop of its own (the pytester run starts its own)."""
+    path = tmp_path / "field-for-pytester.jsonl"
+
+    async def main() -> None:
+        async with StagingServer() as staging:
+            await record(staging, path)
+
+    asyncio.run(main())
+    return path
