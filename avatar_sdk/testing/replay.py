@@ -285,14 +285,22 @@ class ReplayServer(StagingServer):
         limit = timeout if timeout is not None else (
             self.answer_timeout + self.max_gap * len(self.steps) + 5.0
         )  # fmt: skip
+        await self._until_finished(limit)
+        return self.result()
+
+    async def _until_finished(self, limit: float) -> None:
+        """Until the script is over; past ``limit`` the replay is reported unfinished (and,
+        the user's code driving, its clients are ended)."""
         try:
             async with asyncio.timeout(limit):
                 await self.finished.wait()
         except TimeoutError:
-            self.divergence = self.divergence or Divergence(
-                -1, 0.0, "the replay to finish", f"not finished in {limit:g} s"
-            )
-        return self.result()
+            if self.divergence is None:
+                self.divergence = Divergence(
+                    -1, 0.0, "the replay to finish", f"not finished in {limit:g} s"
+                )
+                if self.drive == "user":
+                    self._end_clients()
 
     def session_options(self) -> dict[str, Any]:
         """``AvatarSession`` keyword arguments for a session against this server, as
@@ -482,12 +490,7 @@ class ReplayServer(StagingServer):
 
         caller = asyncio.ensure_future(run_calls())
         try:
-            async with asyncio.timeout(overall_timeout):
-                await server.finished.wait()
-        except TimeoutError:
-            server.divergence = server.divergence or Divergence(
-                -1, 0.0, "the replay to finish", f"not finished in {overall_timeout:g} s"
-            )
+            await server._until_finished(overall_timeout)
         finally:
             # The calls in flight (a close under way) finish; only the call loop stops.
             caller.cancel()

@@ -15,7 +15,7 @@ import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, ErrorCode
 from avatar_sdk.cassette import load
-from avatar_sdk.testing import ReplayServer, StagingServer
+from avatar_sdk.testing import ReplayResult, ReplayServer, StagingServer
 from avatar_sdk.wire import Out
 
 from .conftest import FAST
@@ -26,6 +26,7 @@ pytest_plugins = ["pytester"]
 ANSWER = 4.0
 CONFIG = FAST.with_(overall_connect_timeout=10.0, turn_confirm_timeout=0.1)
 QUESTIONS = ["What can you do?", "Thanks!"]
+TURN = f"-> {Out.TEXT_ENTERED}"
 
 
 async def qa_app(session: AvatarSession, questions: list[str]) -> list[str]:
@@ -67,37 +68,54 @@ def turn_records(path: Path) -> list[Any]:
     ]
 
 
-async def run_app(
-    backend: ReplayServer, questions: list[str]
-) -> tuple[list[str] | AvatarError, list[dict[str, Any]]]:
-    """The application's own session against the replay: its answers (or the error it got)
-    and the ``session_error`` events it saw."""
-    session = AvatarSession(backend.url, backend.token, **backend.session_options())
-    errors: list[dict[str, Any]] = []
-    session.on("session_error", lambda e: errors.append(e.data))
-    outcome: list[str] | AvatarError
-    try:
-        async with session:
-            outcome = await qa_app(session, questions)
-    except AvatarError as exc:
-        outcome = exc
-    return outcome, errors
+async def replay_app(
+    path: Path, questions: list[str]
+) -> tuple[list[str] | AvatarError, list[dict[str, Any]], ReplayResult]:
+    """The application's own session against the replay of ``path``: its answers (or the
+    error it got), the ``session_error`` events it saw, and the verdict. Bounded: a
+    divergence must not leave the application waiting."""
+    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
+        session = AvatarSession(backend.url, backend.token, **backend.session_options())
+        errors: list[dict[str, Any]] = []
+        session.on("session_error", lambda e: errors.append(e.data))
+        outcome: list[str] | AvatarError
+        try:
+            async with asyncio.timeout(ANSWER + 10), session:
+                outcome = await qa_app(session, questions)
+        except AvatarError as exc:
+            outcome = exc
+        result = await backend.verdict()
+        assert backend.calls.empty()  # no recorded call is handed to a runner in this mode
+    return outcome, errors, result
+
+
+def assert_divergence(result: ReplayResult, index: int, expected: str, got: str) -> None:
+    assert result.divergence is not None, "the replay was the same"
+    assert (result.divergence.index, result.divergence.expected, result.divergence.got) == (
+        index, expected, got,
+    )  # fmt: skip
+
+
+def assert_ended_by_the_divergence(
+    outcome: list[str] | AvatarError, errors: list[dict[str, Any]], result: ReplayResult
+) -> None:
+    """The client is told, and its pending call fails with a classified error."""
+    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
+    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+    assert str(result.divergence) in errors[0]["message"]
 
 
 async def test_the_same_application_code_replays_the_same(
     field: tuple[Path, list[str]],
 ) -> None:
     path, answers = field
-    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
-        outcome, errors = await run_app(backend, QUESTIONS)
-        result = await backend.verdict()
+    outcome, errors, result = await replay_app(path, QUESTIONS)
     assert result.same, str(result)
     assert result.matched == result.steps > 10
     # the server answers as it did, with the user's own text where the cassette has its
     # placeholder (the reply is matched to its question by the text its speechId carries)
     assert outcome == answers
     assert errors == []
-    assert backend.calls.empty()  # no recorded call is handed to a runner in this mode
 
 
 async def test_a_different_question_diverges_at_that_turn_and_ends_the_session(
@@ -105,20 +123,11 @@ async def test_a_different_question_diverges_at_that_turn_and_ends_the_session(
 ) -> None:
     path = field_with_content
     second = turn_records(path)[1]
-    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
-        async with asyncio.timeout(ANSWER + 10):  # the application is not left hanging
-            outcome, errors = await run_app(backend, [QUESTIONS[0], "Something else"])
-        result = await backend.verdict()
-    divergence = result.divergence
-    assert divergence is not None
-    assert divergence.index == second.index
-    assert divergence.expected == f"-> {Out.TEXT_ENTERED} text='Thanks!'"
-    assert divergence.got == f"-> {Out.TEXT_ENTERED} text='Something else'"
+    outcome, errors, result = await replay_app(path, [QUESTIONS[0], "Something else"])
+    expected, got = f"{TURN} text='Thanks!'", f"{TURN} text='Something else'"
+    assert_divergence(result, second.index, expected, got)
     assert f"record {second.index}" in str(result)
-    # the client is told, and its pending ask fails with a classified error
-    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
-    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
-    assert str(divergence) in errors[0]["message"]
+    assert_ended_by_the_divergence(outcome, errors, result)
 
 
 async def test_in_a_redacted_cassette_a_question_asked_again_diverges(
@@ -128,16 +137,10 @@ async def test_in_a_redacted_cassette_a_question_asked_again_diverges(
     new question is not told from the recorded one, the first one asked again is."""
     path, _ = field
     second = turn_records(path)[1]
-    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
-        async with asyncio.timeout(ANSWER + 10):
-            outcome, errors = await run_app(backend, [QUESTIONS[0], QUESTIONS[0]])
-        result = await backend.verdict()
-    assert result.divergence is not None
-    assert result.divergence.index == second.index
-    assert result.divergence.expected == f"-> {Out.TEXT_ENTERED} text='user-text-2'"
-    assert result.divergence.got == f"-> {Out.TEXT_ENTERED} text={QUESTIONS[0]!r}"
-    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
-    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+    outcome, errors, result = await replay_app(path, [QUESTIONS[0], QUESTIONS[0]])
+    expected, got = f"{TURN} text='user-text-2'", f"{TURN} text={QUESTIONS[0]!r}"
+    assert_divergence(result, second.index, expected, got)
+    assert_ended_by_the_divergence(outcome, errors, result)
 
 
 async def test_a_turn_missing_when_the_client_closed_is_the_divergence(
@@ -145,14 +148,9 @@ async def test_a_turn_missing_when_the_client_closed_is_the_divergence(
 ) -> None:
     path, _ = field
     marker = turn_records(path)[1].index - 1  # the second turn's barge-in marker, first
-    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
-        outcome, _ = await run_app(backend, QUESTIONS[:1])
-        result = await backend.verdict()
+    outcome, _, result = await replay_app(path, QUESTIONS[:1])
     assert outcome == [f"You said: {QUESTIONS[0]}"]
-    assert result.divergence is not None
-    assert result.divergence.index == marker
-    assert result.divergence.expected == f"-> {Out.TEXT_ENTERED} text=''"
-    assert result.divergence.got == "socket closed (client disconnect)"
+    assert_divergence(result, marker, f"{TURN} text=''", "socket closed (client disconnect)")
 
 
 async def test_a_question_more_than_recorded_is_a_divergence_at_the_close(
@@ -160,18 +158,12 @@ async def test_a_question_more_than_recorded_is_a_divergence_at_the_close(
 ) -> None:
     path, _ = field
     close = [r for r in load(path).records if r.kind == "drop"][-1]
-    async with ReplayServer(path, drive="user", answer_timeout=ANSWER) as backend:
-        async with asyncio.timeout(ANSWER + 10):
-            outcome, errors = await run_app(backend, [*QUESTIONS, "One more thing"])
-        result = await backend.verdict()
-    assert result.divergence is not None
-    assert result.divergence.index == close.index
-    assert result.divergence.expected == "socket closed (io client disconnect)"
+    outcome, errors, result = await replay_app(path, [*QUESTIONS, "One more thing"])
     # ask() waits for the avatar to finish saying the last answer, which the recording,
     # closed first, does not have: nothing came instead of the close
-    assert result.divergence.got == f"no close within {ANSWER:g} s"
-    assert isinstance(outcome, AvatarError) and outcome.code == ErrorCode.SERVER_ENDED
-    assert [e["code"] for e in errors] == ["REPLAY_DIVERGED"]
+    expected, got = "socket closed (io client disconnect)", f"no close within {ANSWER:g} s"
+    assert_divergence(result, close.index, expected, got)
+    assert_ended_by_the_divergence(outcome, errors, result)
 
 
 async def test_no_application_at_all_is_a_divergence_within_the_answer_timeout(

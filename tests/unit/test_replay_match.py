@@ -4,10 +4,15 @@ which sends its real text where the cassette holds ``user-text-1``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from avatar_sdk.cassette.format import Record
+import pytest
+
+from avatar_sdk import AvatarError, ErrorCode
+from avatar_sdk.cassette.format import Cassette, Record
 from avatar_sdk.testing.core.replay_match import UserTexts, find_match
+from avatar_sdk.testing.replay import ReplayServer
 from avatar_sdk.wire import Out
 
 
@@ -79,3 +84,25 @@ def test_a_match_names_its_record_and_the_bindings_it_would_make() -> None:
     assert find_match(waiting, Out.JOIN, {}, 0, texts) is None
     marker = {"text": "", "isFinal": False, "isSpeechStart": True}
     assert find_match(waiting, Out.TEXT_ENTERED, marker, 0, texts) is None
+
+
+def test_the_replay_server_is_driven_by_the_recorded_calls_or_by_the_users_code() -> None:
+    header = {"kind": "cassette", "version": 1, "session": {"media": False, "video": False}}
+    tape = Cassette(
+        header, [turn(0, "user-text-1"), Record(1, 0.2, "call", {"name": "speak"})], True
+    )
+    with pytest.raises(AvatarError) as caught:
+        ReplayServer(tape, drive="app")  # type: ignore[arg-type]
+    assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+    server = ReplayServer(tape, drive="user")
+    assert [r.kind for r in server.steps] == ["out"]  # no recorded call to make
+    assert server.texts.redacted  # recorded without content (the default)
+    assert [r.kind for r in ReplayServer(tape).steps] == ["out", "call"]
+    options = server.session_options()
+    assert (options["media"], options["video"], options["allow_insecure_transport"]) == (
+        False, False, True,
+    )  # fmt: skip
+    assert options["config"].handle_signals is False
+    with pytest.raises(AvatarError) as caught:
+        asyncio.run(server.replay())
+    assert caught.value.code == ErrorCode.INVALID_STATE
