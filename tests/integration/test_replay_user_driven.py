@@ -166,6 +166,21 @@ async def test_a_question_more_than_recorded_is_a_divergence_at_the_close(
     assert_ended_by_the_divergence(outcome, errors, result)
 
 
+async def test_what_the_app_does_past_the_end_of_a_cut_cassette_is_a_divergence(
+    field: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """A cassette cut short (the process died after the first answer): the app's second
+    question is past the end of the recording."""
+    path, _ = field
+    marker = turn_records(path)[1].index - 1
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(path.read_text().splitlines(keepends=True)[: marker + 1]))
+    assert not load(cut).complete and len(load(cut).records) == marker
+    outcome, errors, result = await replay_app(cut, QUESTIONS)
+    assert_divergence(result, marker, "the end of the recording", f"{TURN} text=''")
+    assert_ended_by_the_divergence(outcome, errors, result)
+
+
 async def test_no_application_at_all_is_a_divergence_within_the_answer_timeout(
     field: tuple[Path, list[str]],
 ) -> None:
