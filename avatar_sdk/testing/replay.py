@@ -15,7 +15,9 @@ replaced by the cassette:
   and a recorded client close or reconnect is waited for;
 * the application's recorded calls (``speak``, ``respond_to_tool``, ``close``...) are
   handed to the runner that drives the SDK under test (:func:`replay_cassette`), each once
-  the client has received what came before it;
+  the client has received what came before it; or, with ``drive="user"``, the user's own
+  code drives its own session and no recorded call is made (what it sends is matched as
+  above, a redacted cassette's placeholders bound to its texts: :mod:`.core.replay_match`);
 * WHEP POSTs answer the recorded status (a 2xx with the staging's real answer SDP), genie
   POSTs the recorded status and body, in order per path.
 
