@@ -26,6 +26,13 @@
   :class:`~avatar_sdk.testing.replay.ReplayServer` scripted by a cassette (a path or a
   loaded one); ``result = await backend.replay()`` runs the SDK against it (``result.same``,
   or ``result.divergence``); stopped after the test (``docs/replay.md``).
+* ``recorded_backend``: ``backend = await recorded_backend(cassette)``, the recorded
+  backend for the application's own code (``ReplayServer(cassette, drive="user")``): open
+  ``AvatarSession(backend.url, backend.token, **backend.session_options())`` and run the
+  app; the server answers as recorded. After the test, the sessions left open on it are
+  closed and its verdict read: a divergence fails the test, naming the record, what was
+  expected and what the client did (a test that reads ``await backend.verdict()`` itself
+  judges it itself).
 
 The fixtures are async: they need pytest-asyncio (``pip install 'avatar-sdk[testing]'``),
 and either ``asyncio_mode = "auto"`` or ``@pytest.mark.asyncio`` on each test; the plugin
@@ -60,7 +67,14 @@ except ImportError:  # the fixtures then fail with MISSING_ASYNCIO, never "fixtu
 
 #: The fixtures that need an event loop (and so pytest-asyncio).
 ASYNC_FIXTURES = frozenset(
-    {"staging", "staging_factory", "avatar_session", "avatar_session_factory", "replayed_backend"}
+    {
+        "staging",
+        "staging_factory",
+        "avatar_session",
+        "avatar_session_factory",
+        "replayed_backend",
+        "recorded_backend",
+    }
 )
 
 MISSING_ASYNCIO = (
@@ -95,6 +109,8 @@ CLOSED_STATES = frozenset({"idle", "ended", "failed"})
 LEFT_OPEN = (
     "{count} AvatarSession left open by the test, never closed: {names} (closed by the plugin)"
 )
+
+DIVERGED = "the application diverged from the recording: {result}"
 
 HELD_AT_SERVER = (
     "the staging backend still holds resources for closed clients: {held} (per client: "
@@ -364,6 +380,41 @@ if pytest_asyncio is not None:
                 await server.stop()
 
     @pytest_asyncio.fixture
+    async def recorded_backend(
+        request: pytest.FixtureRequest,
+    ) -> AsyncIterator[Callable[..., Awaitable[ReplayServer]]]:
+        """``await recorded_backend(cassette, answer_timeout=10.0, max_gap=0.25)``: a
+        started ``ReplayServer(cassette, drive="user")`` for the application's own session.
+        After the test: what it left open on it is closed, then a verdict the test did not
+        read is judged (a divergence fails the test); all stopped."""
+        from .replay import ReplayServer  # noqa: PLC0415 - lazy: the plugin stays cheap
+
+        servers: list[ReplayServer] = []
+
+        async def make(cassette: Any, **options: Any) -> ReplayServer:
+            server = ReplayServer(cassette, drive="user", **options)
+            await server.start()
+            servers.append(server)
+            return server
+
+        failures: list[str] = []
+        try:
+            yield make
+        finally:
+            try:
+                left = await close_left_open(servers)
+                failures += [left] if left is not None else []
+                for server in servers:
+                    if not server.verdict_read:
+                        result = await server.verdict()
+                        failures += [] if result.same else [DIVERGED.format(result=result)]
+            finally:
+                for server in reversed(servers):
+                    await server.stop()
+        if failures and not request.node.stash.get(_CALL_FAILED, False):
+            pytest.fail("; ".join(failures), pytrace=False)
+
+    @pytest_asyncio.fixture
     async def avatar_session_factory(staging: StagingServer) -> AsyncIterator[SessionFactory]:
         """``await avatar_session_factory(config=..., staging=..., connect=True, **kwargs)``:
         sessions against the ``staging`` fixture (or another backend); after the test every
@@ -411,4 +462,8 @@ else:  # pragma: no cover - exercised only without pytest-asyncio installed
 
     @pytest.fixture(name="replayed_backend")
     def _replayed_backend_missing() -> None:
+        _missing()
+
+    @pytest.fixture(name="recorded_backend")
+    def _recorded_backend_missing() -> None:
         _missing()

@@ -15,7 +15,9 @@ replaced by the cassette:
   and a recorded client close or reconnect is waited for;
 * the application's recorded calls (``speak``, ``respond_to_tool``, ``close``...) are
   handed to the runner that drives the SDK under test (:func:`replay_cassette`), each once
-  the client has received what came before it;
+  the client has received what came before it; or, with ``drive="user"``, the user's own
+  code drives its own session and no recorded call is made (what it sends is matched as
+  above, a redacted cassette's placeholders bound to its texts: :mod:`.core.replay_match`);
 * WHEP POSTs answer the recorded status (a 2xx with the staging's real answer SDP), genie
   POSTs the recorded status and body, in order per path.
 
@@ -34,16 +36,18 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import socketio
 from aiohttp import web
 
 from ..cassette.format import Cassette, Record, load
+from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..observe import Observer
 from ..session.facade import AvatarSession
 from ..wire.names import In, Out
+from .core.replay_match import UserTexts, find_match, out_key, shape_mismatch
 from .staging.conversation import Conversation, ReceivedEvent
 from .staging.media import StagingMedia
 from .staging.server import StagingServer
@@ -68,6 +72,8 @@ CLIENT_REASONS: Final = frozenset({"io client disconnect"})
 STEP_KINDS: Final = frozenset({"open", "refused", "out", "in", "drop", "call"})
 #: Connect failures a replay re-enacts (the server refuses the CONNECT); others are noted.
 REENACTED_REFUSALS: Final = frozenset({"auth_failed"})
+#: The ``session_error`` code a user-driven replay ends its clients with once diverged.
+DIVERGED_CODE: Final = "REPLAY_DIVERGED"
 
 
 @dataclass(frozen=True)
@@ -127,45 +133,6 @@ class _Action:
         return f"socket closed ({self.name})"
 
 
-def out_key(name: str, payload: Any) -> tuple[Any, ...]:
-    """What an outbound event is matched on: its name, and for a typed turn its text and
-    flags (a barge-in marker is not a turn)."""
-    if name == Out.TEXT_ENTERED and isinstance(payload, dict):
-        return (name, payload.get("text"), payload.get("isFinal"), payload.get("isSpeechStart"))
-    return (name,)
-
-
-_SHAPE_TYPES: Final[dict[str, type | tuple[type, ...]]] = {
-    "str": str,
-    "int": int,
-    "bool": bool,
-    "float": (int, float),
-    "NoneType": type(None),
-}
-
-
-def shape_mismatch(payload: Any, shape: Any, where: str = "payload") -> str | None:
-    """How ``payload`` differs from a golden ``shape`` (field -> type name, nested), or
-    None when every field of the shape is there with its type (extra fields are fine)."""
-    if shape is None:
-        return None
-    if isinstance(shape, dict):
-        if not isinstance(payload, dict):
-            return f"{where} is not an object"
-        for key, sub in shape.items():
-            if key not in payload:
-                return f"{where}.{key} is missing"
-            wrong = shape_mismatch(payload[key], sub, f"{where}.{key}")
-            if wrong is not None:
-                return wrong
-        return None
-    expected = _SHAPE_TYPES.get(str(shape))
-    if expected is None:
-        return None
-    ok = isinstance(payload, expected) and not (expected is int and isinstance(payload, bool))
-    return None if ok else f"{where} is not {shape}"
-
-
 def script_of(cassette: Cassette) -> list[Record]:
     """The records a replay enacts or waits for, in recorded order."""
     steps: list[Record] = []
@@ -210,6 +177,16 @@ class _ReplayMedia(StagingMedia):
 class ReplayServer(StagingServer):
     """The staging backend scripted by ``cassette`` (a :class:`Cassette` or a path).
 
+    ``drive``: who makes the application's calls. ``"replay"`` (the default): the recorded
+    calls, made by :meth:`replay` on a session it builds. ``"user"``: the application's own
+    code, on a session it opens itself (``AvatarSession(server.url, server.token,
+    **server.session_options())``); no recorded call is made, the server answers what the
+    client sends as recorded, and :meth:`verdict` says whether the client did what the
+    recording did. Once diverged, the server stops scripting and ends every client's
+    session (a ``session_error`` ``REPLAY_DIVERGED`` naming the divergence, then ``io server
+    disconnect``: the application's pending calls fail with ``server_ended``), so the code
+    under test is never left waiting for an answer that will not come.
+
     ``answer_timeout``: how long a step waits for the client (its next recorded event, a
     reconnect, a close) before the replay reports the divergence. ``max_gap``: the longest
     pause kept between two recorded inbound events (s)."""
@@ -218,10 +195,16 @@ class ReplayServer(StagingServer):
         self,
         cassette: Cassette | str | Path,
         *,
+        drive: Literal["replay", "user"] = "replay",
         answer_timeout: float = 10.0,
         max_gap: float = 0.25,
         **staging: Any,
     ) -> None:
+        if drive not in ("replay", "user"):
+            raise AvatarError(
+                ErrorCode.INVALID_ARGUMENT, f"drive must be 'replay' or 'user', not {drive!r}"
+            )
+        self.drive = drive
         self.cassette = cassette if isinstance(cassette, Cassette) else load(cassette)
         staging.setdefault("audio_only", False)
         staging.setdefault("token", "replay-dummy-token")
@@ -235,7 +218,11 @@ class ReplayServer(StagingServer):
                 self._genie.setdefault(path, deque()).append(answer)
         self.answer_timeout = answer_timeout
         self.max_gap = max_gap
-        self.steps = script_of(self.cassette)
+        self.steps = [r for r in script_of(self.cassette) if drive == "replay" or r.kind != "call"]
+        #: The user's texts bound to the cassette's placeholders as the client sends them.
+        self.texts = UserTexts(redacted=not self.cassette.header.get("record_content", False))
+        #: Whether the test read the verdict itself (the fixture then leaves it to the test).
+        self.verdict_read = False
         self.matched = 0
         self.divergence: Divergence | None = None
         self.finished = asyncio.Event()
@@ -256,6 +243,7 @@ class ReplayServer(StagingServer):
         )  # fmt: skip
         self.sent_in = 0  # scripted inbound events sent
         self._driver: asyncio.Task[None] | None = None
+        self._enders: set[asyncio.Task[None]] = set()
 
     def make_media(self, asr_report_interval: float | None) -> StagingMedia:
         """The staging's media, answering WHEP POSTs with the cassette's statuses first."""
@@ -278,18 +266,97 @@ class ReplayServer(StagingServer):
             self._driver.cancel()
             await asyncio.gather(self._driver, return_exceptions=True)
             self._driver = None
+        for ender in self._enders:
+            ender.cancel()
+        await asyncio.gather(*self._enders, return_exceptions=True)
         await super().stop()
 
     async def __aenter__(self) -> ReplayServer:
         return await self.start()
 
     def result(self) -> ReplayResult:
+        """The verdict so far (final once :attr:`finished` is set)."""
         return ReplayResult(self.divergence, len(self.steps), self.matched)
+
+    async def verdict(self, timeout: float | None = None) -> ReplayResult:
+        """The verdict, once the script is over: read it after the application's session is
+        closed (a recorded close is a step; a session still open is waited for up to the
+        answer timeout, then reported). Bounded by ``timeout`` (default: the answer
+        timeout, plus every recorded gap, plus 5 s)."""
+        self.verdict_read = True
+        limit = timeout if timeout is not None else (
+            self.answer_timeout + self.max_gap * len(self.steps) + 5.0
+        )  # fmt: skip
+        await self._until_finished(limit)
+        return self.result()
+
+    async def _until_finished(self, limit: float) -> None:
+        """Until the script is over; past ``limit`` the replay is reported unfinished (and,
+        the user's code driving, its clients are ended)."""
+        try:
+            async with asyncio.timeout(limit):
+                await self.finished.wait()
+        except TimeoutError:
+            if self.divergence is None:
+                self.divergence = Divergence(
+                    -1, 0.0, "the replay to finish", f"not finished in {limit:g} s"
+                )
+                if self.drive == "user":
+                    self._end_clients()
+
+    def session_options(self) -> dict[str, Any]:
+        """``AvatarSession`` keyword arguments for a session against this server, as
+        recorded: the genie URL, thread, media, video and the recorded configuration
+        (signal handlers off), over plain http on loopback."""
+        tape = self.cassette
+        return {
+            "genie_url": self.genie_url,
+            "thread_id": tape.session.get("thread_id") or None,
+            "media": tape.media,
+            "video": tape.video,
+            "config": tape.config().with_(handle_signals=False),
+            "allow_insecure_transport": True,
+        }
 
     # -- what the client does -------------------------------------------------------------------
     def _saw(self, action: _Action) -> None:
+        if self.drive == "user" and self.finished.is_set():
+            self._after_script(action)
+            return
         self._actions.append(action)
         self._arrived.set()
+
+    def _after_script(self, action: _Action) -> None:
+        """The user's client did something once the script was over: anything but a close
+        is something the recording does not have."""
+        if self.divergence is not None or action.kind == "drop":
+            return
+        last = self.cassette.records[-1].t if self.cassette.records else 0.0
+        self.divergence = Divergence(
+            len(self.cassette.records), last, "the end of the recording", action.describe()
+        )
+        log.info("replay: %s", self.divergence)
+        self._end_clients()
+
+    def _end_clients(self) -> None:
+        """Diverged, the user's code driving: end every client's session (never left
+        waiting for an answer the script will not send)."""
+        for sid in self.live_sids:
+            self._spawn_ender(sid)
+
+    def _spawn_ender(self, sid: str) -> None:
+        task = asyncio.ensure_future(self._end_client(sid))
+        self._enders.add(task)
+        task.add_done_callback(self._enders.discard)
+
+    async def _end_client(self, sid: str) -> None:
+        conv = self.conversations.get(sid)
+        if conv is None:
+            return
+        self._server_dropped.add(sid)
+        message = f"replay diverged: {self.divergence}"
+        await conv.emit(In.SESSION_ERROR, {"code": DIVERGED_CODE, "message": message})
+        await self.sio.disconnect(sid)
 
     async def _on_connect(self, sid: str, environ: Any, auth: Any = None) -> bool:
         if self._attempts and self._attempts[0]:
@@ -304,10 +371,15 @@ class ReplayServer(StagingServer):
         return ok
 
     async def _on_connected(self, sid: str) -> None:
-        return None  # onServerConnected is in the script
+        if self.drive == "user" and self.divergence is not None:
+            self._spawn_ender(sid)  # a reconnect after the divergence: ended at once
+        # otherwise nothing: onServerConnected is in the script
 
     async def _on_recovered(self, sid: str, replayed: int) -> None:
         await super()._on_recovered(sid, replayed)
+        if self.drive == "user" and self.divergence is not None:
+            self._spawn_ender(sid)
+            return
         self._saw(_Action("open", sid, recovered=True))
 
     async def _on_disconnect(self, sid: str, reason: Any = None) -> None:
@@ -365,20 +437,16 @@ class ReplayServer(StagingServer):
         **kwargs)`` builds it (default: :class:`~avatar_sdk.AvatarSession`), so a test can
         hand in a patched SDK; it must accept ``observer=``. The recorded application calls
         are made on it in order; bounded by ``overall_timeout``."""
+        if self.drive != "replay":
+            raise AvatarError(
+                ErrorCode.INVALID_STATE,
+                "replay() makes the recorded calls: this server is driven by the user's code"
+                " (drive='user'); read its verdict() instead",
+            )
         factory = session_factory or AvatarSession
-        tape, server, answer_timeout = self.cassette, self, self.answer_timeout
+        server, answer_timeout = self, self.answer_timeout
         receipts = _Receipts()
-        session = factory(
-            server.url,
-            server.token,
-            genie_url=server.genie_url,
-            thread_id=tape.session.get("thread_id") or None,
-            media=tape.media,
-            video=tape.video,
-            config=tape.config().with_(handle_signals=False),
-            allow_insecure_transport=True,
-            observer=receipts,
-        )
+        session = factory(server.url, server.token, **server.session_options(), observer=receipts)
         errors: list[str] = []
         tasks: set[asyncio.Task[Any]] = set()
 
@@ -424,12 +492,7 @@ class ReplayServer(StagingServer):
 
         caller = asyncio.ensure_future(run_calls())
         try:
-            async with asyncio.timeout(overall_timeout):
-                await server.finished.wait()
-        except TimeoutError:
-            server.divergence = server.divergence or Divergence(
-                -1, 0.0, "the replay to finish", f"not finished in {overall_timeout:g} s"
-            )
+            await server._until_finished(overall_timeout)
         finally:
             # The calls in flight (a close under way) finish; only the call loop stops.
             caller.cancel()
@@ -451,8 +514,13 @@ class ReplayServer(StagingServer):
         except Exception as exc:  # a bug of the replay itself: reported as a divergence
             log.error("replay driver failed: %s: %s", type(exc).__name__, exc)
             self.divergence = Divergence(-1, 0.0, "the replay to run", f"{type(exc).__name__}")
+            if self.drive == "user":
+                self._end_clients()
         finally:
             self.finished.set()
+            if self.drive == "user":
+                while self._actions:  # what came after the script's last step
+                    self._after_script(self._actions.popleft())
 
     async def _play(self) -> None:
         steps = self.steps
@@ -489,6 +557,8 @@ class ReplayServer(StagingServer):
     def _diverged(self, step: Record, got: str) -> bool:
         self.divergence = Divergence(step.index, step.t, step.describe(), got)
         log.info("replay: %s", self.divergence)
+        if self.drive == "user":
+            self._end_clients()
         return False
 
     async def _next_action(self) -> _Action | None:
@@ -512,18 +582,15 @@ class ReplayServer(StagingServer):
                 return self._diverged(waiting[0], f"nothing within {self.answer_timeout:g} s")
             if action.kind != "out":
                 return self._diverged(waiting[0], action.describe())
-            key = out_key(action.name, action.payload)
             link = self._link_of(action.sid)
-            match = next(
-                (r for r in waiting
-                 if out_key(r.name, r.data.get("payload")) == key and r.link == link),
-                None,
-            )  # fmt: skip
-            if match is None:
+            found = find_match(waiting, action.name, action.payload, link, self.texts)
+            if found is None:
                 return self._diverged(waiting[0], action.describe())
+            match, bindings = found
             wrong = shape_mismatch(action.payload, match.data.get("shape"))
             if wrong is not None:
                 return self._diverged(match, f"{action.describe()} whose {wrong}")
+            self.texts.bound.update(bindings)
             waiting.remove(match)
             self.matched += 1
         return True
@@ -569,7 +636,7 @@ class ReplayServer(StagingServer):
         if conv is None:
             return
         args = step.data.get("args")
-        payload = args[0] if isinstance(args, list) and args else {}
+        payload = self.texts.restore(args[0] if isinstance(args, list) and args else {})
         if step.name == In.STV_NEW_SESSION and isinstance(payload, dict):
             session_id = payload.get("session_id")
             if isinstance(session_id, str) and session_id and payload.get("webrtc_url"):
@@ -638,10 +705,12 @@ def dumps_result(result: ReplayResult) -> str:
 
 
 __all__ = [
+    "DIVERGED_CODE",
     "Divergence",
     "ReplayResult",
     "ReplayServer",
     "dumps_result",
+    "out_key",
     "replay_cassette",
     "script_of",
     "shape_mismatch",

@@ -35,7 +35,7 @@ def test_every_example_is_covered_here() -> None:
     covered = {
         "qa_bot.py", "tool_handler.py", "record_avatar.py", "voice_captions.py",
         "test_qa_bot.py", "fault_tour.py", "microphone.py", "fleet_scenario.py",
-        "scripted_avatar.py", "pipecat_avatar.py",
+        "scripted_avatar.py", "pipecat_avatar.py", "test_replay_my_app.py",
     }  # fmt: skip
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
     readme = (EXAMPLES / "README.md").read_text()
@@ -125,6 +125,15 @@ def test_the_bot_test_passes_with_the_plugin() -> None:
     out = run("-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
               "examples/test_qa_bot.py")  # fmt: skip
     assert "4 passed" in out
+
+
+def test_the_replay_of_my_app_passes_with_the_plugin() -> None:
+    out = run("-m", "pytest", "-q", "-s", "-p", "no:randomly", "-p", "no:cacheprovider",
+              "examples/test_replay_my_app.py")  # fmt: skip
+    assert "2 passed" in out
+    # the bot that stopped early is caught at the second turn's first event, the close
+    assert re.search(r"first divergence at record \d+ \(t=[\d.]+ s\): expected -> "
+                     r"onTextEntered text=''; got socket closed", out), out  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["microphone.py"])

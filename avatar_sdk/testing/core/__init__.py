@@ -1,0 +1,2 @@
+"""The testing tools' pure parts: matching what a client sends against a recording
+(``replay_match``)."""
