@@ -2,7 +2,9 @@
 (``web/``: socket.io-client from npm, the browser's own ``RTCPeerConnection``) in Debian's
 Chromium, driven by Playwright (which downloads no browser), with Chromium's fake
 microphone (a periodic beep). It proves the staging answers a browser's WebRTC stack
-(Chromium's ICE, DTLS and H.264 decoder), which is what a web front end runs.
+(Chromium's ICE, DTLS and H.264 decoder), which is what a web front end runs, and shows a
+page surviving the staging's faults: an uplink ICE blackhole, a dropped socket recovered in
+place or, its recovery refused, rebuilt cold on the same thread (issue 34, item 2).
 
 The page subscribes under a public-looking media host (``StagingServer(media_host=...)``),
 which Chromium resolves to the staging with its own resolver rules."""
@@ -237,8 +239,8 @@ async def test_a_browser_rebuilds_cold_when_recovery_is_refused(
     staging: StagingServer, page: Page
 ) -> None:
     """The server refuses recovery (a new sid): the page opens the session again on the
-    reconnected socket, joining the same thread (``kaltura.threadId``), and subscribes its
-    media again (a new WHEP viewer); the avatar's video is decoded again."""
+    reconnected socket, joining the same thread (``kaltura.threadId``), and opens its
+    media again (a new ASR peer, a new WHEP viewer); the avatar's video is decoded again."""
     first = await _connected_and_greeted(staging, page)
     thread = staging.conversations[first].thread_id
     before = await _state(page)
@@ -257,6 +259,7 @@ async def test_a_browser_rebuilds_cold_when_recovery_is_refused(
     assert await until(lambda: staging.media.live_viewers() == 1, 10)
     state = await _page_until(page, "state.videoFrames >= 10", 15)  # counted per subscription
     assert state["videoWidth"] > 0 and state["whepLocation"] != first_location, state
+    assert await until(lambda: staging.media.asr_stats(second).frames >= 50, 10)  # mic again
     # The new session greets again (a typed turn is dropped meanwhile), then answers.
     await page.evaluate(
         "window.client.next('stvFinishedTalking', 20000, window.client.state.openedAt)"
