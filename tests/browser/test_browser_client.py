@@ -2,7 +2,9 @@
 (``web/``: socket.io-client from npm, the browser's own ``RTCPeerConnection``) in Debian's
 Chromium, driven by Playwright (which downloads no browser), with Chromium's fake
 microphone (a periodic beep). It proves the staging answers a browser's WebRTC stack
-(Chromium's ICE, DTLS and H.264 decoder), which is what a web front end runs.
+(Chromium's ICE, DTLS and H.264 decoder), which is what a web front end runs, and shows a
+page surviving the staging's faults: an uplink ICE blackhole, a dropped socket recovered in
+place or, its recovery refused, rebuilt cold on the same thread (issue 34, item 2).
 
 The page subscribes under a public-looking media host (``StagingServer(media_host=...)``),
 which Chromium resolves to the staging with its own resolver rules."""
@@ -20,6 +22,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from playwright.async_api import Page, async_playwright
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from avatar_sdk.testing import StagingServer
 
@@ -186,3 +189,81 @@ async def test_a_browser_restarts_ice_after_the_staging_gave_up(
     stats = staging.media.asr_stats(sid)
     assert stats.ice_restarts == 1 and stats.peers_created == 1
     assert max(staging.media.asr_peer(sid).levels_since(before)) > 0.01
+
+
+async def _page_until(page: Page, condition: str, seconds: float) -> dict[str, Any]:
+    """Wait (bounded) until ``condition``, a JS expression over ``state`` (the page's
+    ``window.client.state``), holds; returns the page state then."""
+    try:
+        await page.wait_for_function(
+            f"(() => {{ const state = window.client.state; return {condition}; }})()",
+            polling=50,
+            timeout=seconds * 1000,
+        )
+    except PlaywrightTimeoutError:
+        pytest.fail(f"not within {seconds} s: {condition}; the page: {await _state(page)}")
+    return await _state(page)
+
+
+async def _connected_and_greeted(staging: StagingServer, page: Page) -> str:
+    """The page connected, its greeting over (a typed turn is dropped during it); the sid."""
+    await page.evaluate(
+        "([url, token]) => window.client.connect(url, token)", [staging.url, staging.token]
+    )
+    await page.evaluate(
+        "window.client.next('stvFinishedTalking', 20000, window.client.state.openedAt)"
+    )
+    [sid] = staging.live_sids
+    return sid
+
+
+async def test_a_browser_recovers_a_dropped_socket_in_place(
+    staging: StagingServer, page: Page
+) -> None:
+    """A recoverable drop: socket.io-client reconnects and the server recovers the session
+    (connection-state recovery, ``socket.recovered``): same server session, no new join."""
+    sid = await _connected_and_greeted(staging, page)
+    thread = staging.conversations[sid].thread_id
+    assert await staging.faults.drop_socket() == 1
+    state = await _page_until(page, "state.reconnects >= 1", 15)
+    assert state["recovered"] is True and state["socketId"] == sid, state
+    assert staging.recovered_sids == [sid] and staging.live_sids == [sid]
+    assert staging.conversations[sid].thread_id == thread == state["threadId"]
+    assert len(staging.received_events("join")) == 1  # recovered in place: no re-join
+    staging.brain.reply("Still here.")
+    assert await page.evaluate("window.client.say('are you there?')") == "Still here."
+    assert staging.conversations[sid].user_turns == ["are you there?"]
+
+
+async def test_a_browser_rebuilds_cold_when_recovery_is_refused(
+    staging: StagingServer, page: Page
+) -> None:
+    """The server refuses recovery (a new sid): the page opens the session again on the
+    reconnected socket, joining the same thread (``kaltura.threadId``), and opens its
+    media again (a new ASR peer, a new WHEP viewer); the avatar's video is decoded again."""
+    first = await _connected_and_greeted(staging, page)
+    thread = staging.conversations[first].thread_id
+    before = await _state(page)
+    assert thread and before["threadId"] == thread  # learned from the greeting's `think`
+    first_location = before["whepLocation"]
+    assert await staging.faults.drop_socket(recovery=False) == 1
+    state = await _page_until(page, "state.rebuilds >= 1", 30)
+    assert state["recovered"] is False and state["socketId"] != first, state
+    [second] = staging.live_sids
+    assert second == state["socketId"] and staging.recovered_sids == []
+    assert staging.conversations[second].thread_id == thread  # the same thread, joined again
+    joins = staging.received_events("join")
+    assert [j.sid for j in joins] == [first, second]
+    assert joins[1].payload["kaltura"]["threadId"] == thread
+    # Media subscribed again: one live viewer (the old one released), frames decoded again.
+    assert await until(lambda: staging.media.live_viewers() == 1, 10)
+    state = await _page_until(page, "state.videoFrames >= 10", 15)  # counted per subscription
+    assert state["videoWidth"] > 0 and state["whepLocation"] != first_location, state
+    assert await until(lambda: staging.media.asr_stats(second).frames >= 50, 10)  # mic again
+    # The new session greets again (a typed turn is dropped meanwhile), then answers.
+    await page.evaluate(
+        "window.client.next('stvFinishedTalking', 20000, window.client.state.openedAt)"
+    )
+    staging.brain.reply("Back again.")
+    assert await page.evaluate("window.client.say('still there?')") == "Back again."
+    assert staging.conversations[second].user_turns == ["still there?"]

@@ -1,6 +1,8 @@
 // The project's own browser client of the staging backend (PROTOCOL.md §1-§2): Socket.IO
 // control plane, ASR uplink over the socket (the fake microphone), STV downlink over WHEP.
 // The browser's own RTCPeerConnection; no code from the service's reference client.
+// A dropped socket: recovered in place by socket.io-client (connection-state recovery), else
+// the session is opened again on the reconnected socket, same thread (PROTOCOL.md §4.2, §4.4).
 // Driven by tests/browser/test_browser_client.py through window.client.
 "use strict";
 
@@ -8,17 +10,24 @@ const seen = [];          // every inbound event: [name, payload]
 const waiters = [];       // {name, resolve}
 const state = {
   videoFrames: 0, videoWidth: 0, asrIce: "new", stvIce: "new", socketId: null,
-  recovered: null, errors: [],
+  recovered: null, reconnects: 0, rebuilds: 0, threadId: null, openedAt: 0, errors: [],
 };
 let socket = null;
 let asr = null;
 let stv = null;
 let room = null;
+let mic = null;
+let token = null;
+let counting = false;     // one frame counter on the <video>, whichever stream it shows
 
 function log(line) { document.getElementById("log").textContent += line + "\n"; }
 
 function onEvent(name, payload) {
   seen.push([name, payload]);
+  if (name === "agent_raw_text" && !state.threadId) {
+    // The thread rides the first turn's first delta (§3.4); every later join sends it.
+    try { state.threadId = JSON.parse(payload.delta).threadId || null; } catch { /* not JSON */ }
+  }
   for (const w of waiters.slice()) {
     if (w.name === name) { waiters.splice(waiters.indexOf(w), 1); w.resolve(payload); }
   }
@@ -52,7 +61,7 @@ async function gathered(pc, ms) {
   });
 }
 
-async function connectAsr(mic) {
+async function connectAsr() {
   const mark = seen.length;
   socket.emit("asr-webrtc-init", { sessionId: socket.id });
   await next("asr-webrtc-ready", 30000, mark);
@@ -98,47 +107,83 @@ async function connectStv(url) {
   state.whepLocation = new URL(reply.headers.get("Location"), url).href;
   await stv.setRemoteDescription({ type: "answer", sdp: await reply.text() });
   await playing;
-  const count = () => {
-    state.videoFrames += 1;
-    state.videoWidth = video.videoWidth;
+  state.videoFrames = 0;  // frames decoded on this subscription
+  if (!counting) {
+    counting = true;
+    const count = () => {
+      state.videoFrames += 1;
+      state.videoWidth = video.videoWidth;
+      video.requestVideoFrameCallback(count);
+    };
     video.requestVideoFrameCallback(count);
-  };
-  video.requestVideoFrameCallback(count);
+  }
+}
+
+// PROTOCOL.md §2 from the join on: the first connect, and the cold rebuild (§4.4) on the
+// reconnected socket (a new server session, the same thread).
+async function open() {
+  const mark = seen.length;
+  state.openedAt = mark;
+  room = randId(12);
+  const thread = state.threadId ? { threadId: state.threadId } : {};
+  socket.emit("join", {
+    room, channel: room, userAgent: navigator.userAgent, userAgentHints: null,
+    kaltura: { ...thread, ks: token, force_experience: "avatar_only", capabilities: { avatar: "on", generate_followup_questions: "on" } },
+  });
+  await Promise.all([next("clientConfiguration", 5000, mark), next("joinComplete", 20000, mark)]);
+  socket.emit("stvNewSession", { room_id: room });
+  socket.emit("checkAvailability", {});
+  const session = await next("stvNewSession", 30000, mark);
+  await next("showAgent", 10000, mark);
+  await next("askPermissions", 10000, mark);
+  await connectAsr();
+  await connectStv(session.webrtc_url);
+  socket.emit("approvedPermissions", { room });
+  return session.webrtc_url;
+}
+
+// The old server session is gone with its media: close both peers, release the WHEP
+// resource (the server may have done it already), open the session again.
+async function rebuild() {
+  asr?.close();
+  stv?.close();
+  if (state.whepLocation) fetch(state.whepLocation, { method: "DELETE" }).catch(() => {});
+  await open();
+  state.rebuilds += 1;
+  log("rebuilt cold");
+}
+
+function onConnect() {
+  const again = state.socketId !== null;
+  state.socketId = socket.id;
+  state.recovered = socket.recovered;
+  if (!again) return;
+  state.reconnects += 1;
+  log(socket.recovered ? "recovered in place" : "recovery refused: rebuilding");
+  if (!socket.recovered) rebuild().catch((err) => state.errors.push(`rebuild: ${err}`));
 }
 
 window.client = {
   state, seen,
   // PROTOCOL.md §2: the connect sequence, events in the order the service expects them.
-  async connect(url, token) {
-    const mic = await navigator.mediaDevices.getUserMedia({
+  async connect(url, key) {
+    token = key;
+    mic = await navigator.mediaDevices.getUserMedia({
       audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true }, video: false,
     });
-    room = randId(12);
     socket = io(url, {
       path: "/socket.io", transports: ["websocket"], reconnection: true, reconnectionAttempts: 5,
       auth: { token }, query: { partnerId: "", billed_client: "", stickyId: randId(16), level: "published", debugMode: true },
     });
     socket.onAny(onEvent);
-    socket.on("connect", () => { state.socketId = socket.id; state.recovered = socket.recovered; });
+    socket.on("connect", onConnect);
     socket.on("asr-ice-candidate", (c) => {
       asr?.addIceCandidate({ candidate: c.candidate, sdpMLineIndex: c.sdpMLineIndex ?? 0 }).catch(() => {});
     });
     await next("onServerConnected", 10000);
-    socket.emit("join", {
-      room, channel: room, userAgent: navigator.userAgent, userAgentHints: null,
-      kaltura: { ks: token, force_experience: "avatar_only", capabilities: { avatar: "on", generate_followup_questions: "on" } },
-    });
-    await Promise.all([next("clientConfiguration", 5000), next("joinComplete", 20000)]);
-    socket.emit("stvNewSession", { room_id: room });
-    socket.emit("checkAvailability", {});
-    const session = await next("stvNewSession", 30000);
-    await next("showAgent", 10000);
-    await next("askPermissions", 10000);
-    await connectAsr(mic);
-    await connectStv(session.webrtc_url);
-    socket.emit("approvedPermissions", { room });
+    const webrtcUrl = await open();
     log("connected");
-    return session.webrtc_url;
+    return webrtcUrl;
   },
   // A typed turn; resolves with the avatar's answer (stvFinishedTalking's agentContent).
   async say(text) {
