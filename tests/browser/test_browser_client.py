@@ -26,19 +26,14 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from avatar_sdk.testing import StagingServer
 
+from ..chromium import CHROMIUM_ARGS, chromium
 from ..conftest import until
 
 WEB = Path(__file__).resolve().parent / "web"
 SOCKET_IO_JS = WEB / "node_modules" / "socket.io-client" / "dist" / "socket.io.min.js"
 MEDIA_HOST = "media.staging.test"
-INSTALL = "apt-get install -y --no-install-recommends chromium (as root; `make test` does it)"
-CHROMIUM_ARGS = [
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+BROWSER_ARGS = [
+    *CHROMIUM_ARGS,
     # the fake microphone (a beep), granted without a prompt; the avatar's voice may play
     "--use-fake-device-for-media-stream",
     "--use-fake-ui-for-media-stream",
@@ -50,13 +45,6 @@ CHROMIUM_ARGS = [
 ]
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:  # a failure, never a skip: CI must run this test
-        pytest.fail(f"no chromium on this machine: {INSTALL}")
-    return path
 
 
 async def _ensure_socket_io_client() -> None:
@@ -112,10 +100,10 @@ async def page(page_url: str, tmp_path: Path) -> AsyncIterator[Page]:
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=_chromium(),  # Debian's; Playwright downloads no browser
+            executable_path=chromium(),  # Debian's; Playwright downloads no browser
             headless=True,
             chromium_sandbox=False,  # --no-sandbox: the suite runs as root
-            args=CHROMIUM_ARGS,
+            args=BROWSER_ARGS,
         )
         try:
             page = await context.new_page()

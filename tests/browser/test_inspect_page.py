@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,31 +19,14 @@ from playwright.async_api import Page, Route, async_playwright
 from avatar_sdk import AvatarSession, RenewalPolicy
 from avatar_sdk.testing import StagingServer
 
+from ..chromium import CHROMIUM_ARGS, chromium
 from ..integration.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTALL = "apt-get install -y --no-install-recommends chromium (as root; `make test` does it)"
-#: Without the background-networking flags Chromium dials out at start (see
-#: tests/release/test_docs_offline.py); nothing the page asks for may.
-CHROMIUM_ARGS = [
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCRIPT = "<script>window.injected = 1</script>"
 WAIT = 10.0
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:  # a failure, never a skip: CI must run this test
-        pytest.fail(f"no chromium on this machine: {INSTALL}")
-    return path
 
 
 async def record_a_session(cassette: Path, journal: Path) -> None:
@@ -155,7 +137,7 @@ async def test_inspect_draws_a_recorded_session_offline_in_a_browser(tmp_path: P
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=_chromium(),  # Debian's; Playwright downloads no browser
+            executable_path=chromium(),  # Debian's; Playwright downloads no browser
             headless=True,
             chromium_sandbox=False,  # --no-sandbox: the suite runs as root
             args=CHROMIUM_ARGS,

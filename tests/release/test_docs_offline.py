@@ -7,7 +7,6 @@ diagram is drawn as an ``<svg>`` (not Mermaid source); and no request left ``fil
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import urldefrag
@@ -20,31 +19,14 @@ from playwright.sync_api import sync_playwright
 from avatar_sdk.session.core.diagram import VIEWS
 from avatar_sdk.session.core.machine import STATES
 
+from ..chromium import CHROMIUM_ARGS, chromium
+
 ROOT = Path(__file__).resolve().parents[2]
 # ~30 s on an idle machine (the strict build, ~10 s, then 24 pages in the browser); the suite's
 # 60 s per test is a hang guard that a loaded 2-core machine can push this past.
 pytestmark = [pytest.mark.docs, pytest.mark.timeout(180)]
 
-#: What the machine notes say works here: without the background-networking flags Chromium
-#: dials out at start (refused on this closed network). ``headless`` and the sandbox are
-#: Playwright's own options; the fresh profile is ``user_data_dir``.
-CHROMIUM_ARGS = [
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-INSTALL = "apt-get install -y --no-install-recommends chromium (as root; `make test` does it)"
 WAIT_MS = 15_000
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:  # a failure, never a skip: CI must run this test
-        pytest.fail(f"no chromium on this machine: {INSTALL}")
-    return path
 
 
 def _nav_pages() -> set[str]:
@@ -104,7 +86,7 @@ def test_the_site_works_from_disk_in_a_browser(site: Path, tmp_path: Path) -> No
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=_chromium(),  # Debian's; Playwright downloads no browser
+            executable_path=chromium(),  # Debian's; Playwright downloads no browser
             headless=True,
             chromium_sandbox=False,  # --no-sandbox: the suite runs as root
             args=CHROMIUM_ARGS,

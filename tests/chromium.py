@@ -1,0 +1,32 @@
+"""Debian's Chromium for the tests that drive a real browser (Playwright downloads none):
+where it is, and the flags every such test starts it with."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Final
+
+import pytest
+
+INSTALL: Final = (
+    "apt-get install -y --no-install-recommends chromium (as root; `make test` does it)"
+)
+
+#: Without the background-networking flags Chromium dials out at start (refused on this
+#: closed network); a test that checks a page makes no request relies on them too.
+CHROMIUM_ARGS: Final = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    """The browser's path; a failure, never a skip, when it is missing: CI must run these."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail(f"no chromium on this machine: {INSTALL}")
+    return path
