@@ -25,6 +25,7 @@ import click
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec
 from ..errors import AvatarError, ErrorCode
 from . import exits
+from .context import CONTEXT
 from .output import Screen
 
 if TYPE_CHECKING:
@@ -195,12 +196,11 @@ def fleet(opts: FleetOptions, screen: Screen | None = None) -> int:
 
 
 # -- the command -------------------------------------------------------------------------------
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _SECONDS = click.FloatRange(min=0, min_open=True)
 _FILE = click.Path(dir_okay=False, writable=True, path_type=Path)
 
 
-@click.command("fleet", context_settings=_CONTEXT)
+@click.command("fleet", context_settings=CONTEXT)
 @click.argument("scenario")
 @click.option(
     "-n",

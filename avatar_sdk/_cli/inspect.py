@@ -13,13 +13,11 @@ from pathlib import Path
 
 import click
 
-OK = 0
-USAGE = 2
-
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from .context import CONTEXT
+from .exits import OK, USAGE
 
 
-@click.command("inspect", context_settings=_CONTEXT)
+@click.command("inspect", context_settings=CONTEXT)
 @click.argument("record", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "-o",

@@ -20,14 +20,12 @@ from .._version import __version__
 from ..errors import AvatarError
 from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
 from . import exits
+from .context import CONTEXT
 from .fleet import command as fleet_command
 from .inspect import command as inspect_command
 from .netlab import command as netlab_command
 from .options import TOKEN_ENV, read_token
 from .replay import command as replay_command
-
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
 
 #: The Socket.IO/WebRTC stack's loggers, quiet (ERROR) unless --verbose.
 _STACK = ("engineio", "socketio", "aioice", "aiortc", SOCKETIO_LOGGER, ENGINEIO_LOGGER)
@@ -94,7 +92,7 @@ class _Interruptible(click.Group):
             sys.exit(exits.INTERRUPTED)
 
 
-@click.group(cls=_Interruptible, context_settings=_CONTEXT, epilog=exits.epilog())
+@click.group(cls=_Interruptible, context_settings=CONTEXT, epilog=exits.epilog())
 @click.version_option(__version__, "--version", "-V", prog_name="avatar-sdk")
 @click.option("-v", "--verbose", is_flag=True, help=_VERBOSE_HELP)
 def main(*, verbose: bool) -> None:
@@ -113,7 +111,7 @@ def main(*, verbose: bool) -> None:
 
 
 # -- talk ------------------------------------------------------------------------------------
-@main.command(context_settings=_CONTEXT, epilog=exits.epilog())
+@main.command(context_settings=CONTEXT, epilog=exits.epilog())
 @click.argument("url")
 @click.option(
     "--say",
@@ -342,7 +340,7 @@ def _list_devices(ctx: click.Context) -> None:
 
 
 # -- demo --------------------------------------------------------------------------------------
-@main.command(context_settings=_CONTEXT)
+@main.command(context_settings=CONTEXT)
 @click.option("--no-media", is_flag=True, help="Control plane only (text): no WebRTC.")
 @click.option(
     "--faults",
@@ -383,7 +381,7 @@ main.add_command(netlab_command)
 DIAGRAM_VIEWS = ("all", "overview", "connect", "socket", "media", "cold", "renewal", "pause")
 
 
-@main.command(context_settings=_CONTEXT)
+@main.command(context_settings=CONTEXT)
 @click.option(
     "--view",
     type=click.Choice(DIAGRAM_VIEWS),
@@ -456,12 +454,12 @@ async def serve(
     return 0
 
 
-@main.group(context_settings=_CONTEXT)
+@main.group(context_settings=CONTEXT)
 def staging() -> None:
     """The staging backend (the one the test suite uses)."""
 
 
-@staging.command("serve", context_settings=_CONTEXT)
+@staging.command("serve", context_settings=CONTEXT)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option(
     "--port", type=int, default=0, show_default=True, help="Port to bind (0: a free one)."

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 import click
 
 from . import exits
+from .context import CONTEXT
 
 if TYPE_CHECKING:
     from ..testing.netlab import NetworkLab
 
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DIRECTIONS = click.Choice(["up", "down", "both"])
 
 
@@ -101,7 +101,7 @@ async def run_lab(faults: LabFaults, token: str | None) -> int:
                     await child.wait()
 
 
-@click.command("netlab", context_settings=_CONTEXT)
+@click.command("netlab", context_settings=CONTEXT)
 @click.option(
     "--loss",
     type=click.FloatRange(0, 100),

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import click
 
+from .context import CONTEXT
+from .exits import USAGE
+
 SAME = 0
 DIVERGED = 1
-USAGE = 2
-
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.command("replay", context_settings=_CONTEXT)
+@click.command("replay", context_settings=CONTEXT)
 @click.argument("cassette", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--answer-timeout",
