@@ -102,7 +102,7 @@ class TurnRelay:
             raise AvatarError(
                 ErrorCode.INVALID_STATE,
                 "the TURN relay needs coturn's turnserver; fix: "
-                "sudo apt-get install -y --no-install-recommends coturn"
+                "sudo apt-get install -y --no-install-recommends coturn",
             )
         self._state_dir = tempfile.mkdtemp(prefix="avlab-turn-")
         argv = ["ip", "netns", "exec", self.netns, *turnserver_command(

@@ -382,6 +382,15 @@ class StagingServer:
         """:meth:`live_resources` per client id (a sid, a scripted session, a peer address)."""
         return self.ledger.by_client()
 
+    def media_counts(self) -> dict[str, Any]:
+        """The media exchanged, counted here: video frames produced for every WHEP viewer,
+        and each client's ASR uplink (decoded frames, its peer's state)."""
+        asr = {}
+        for sid in self.conversations:
+            stats = self.media.asr_stats(sid)
+            asr[sid] = {"frames": stats.frames, "peer_state": stats.peer_state}
+        return {"video_frames_sent": self.media.frames_sent, "asr": asr}
+
     @property
     def live_sids(self) -> list[str]:
         return [sid for sid, conv in self.conversations.items() if not conv.ended]
