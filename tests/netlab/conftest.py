@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from avatar_sdk.testing.netlab import NetworkLab, requirements
-from benchmarks.netlab_relay import FAULTS, RelayFigures
+from benchmarks.netlab_relay_scenario import FAULTS, RelayFigures
 from benchmarks.netlab_scenarios import Figures
 
 OPT_OUT = "AVATAR_SDK_NETLAB"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.netlab_relay import run_relay
+from benchmarks.netlab_relay_scenario import run_relay
 from benchmarks.netlab_scenarios import (
     blackhole,
     flap,

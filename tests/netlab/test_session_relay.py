@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.netlab_relay import run_relay
+from benchmarks.netlab_relay_scenario import run_relay
 
 from .conftest import relay_survived, show_relay
 
