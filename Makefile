@@ -54,17 +54,18 @@ chromium:
 	  fi; }
 
 # nftables and iproute2 (nft, ip, tc) for the network lab (tests/netlab, which runs as root:
-# namespaces, veth pairs, nftables rules): installed when missing and we are root (CI is),
+# namespaces, veth pairs, nftables rules), and coturn (turnserver: the lab's TURN relay),
+# installed when missing and we are root (CI is),
 # else the command to run is printed and the target fails.
 netlab-tools:
-	@{ command -v nft && command -v ip && command -v tc; } >/dev/null 2>&1 || { \
+	@{ command -v nft && command -v ip && command -v tc && command -v turnserver; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "the network lab's tools: apt-get install -y --no-install-recommends nftables iproute2"; \
+	    echo "the network lab's tools: apt-get install -y --no-install-recommends nftables iproute2 coturn"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null; \
+	      apt-get install -y -qq --no-install-recommends nftables iproute2 coturn >/dev/null; \
 	  else \
-	    echo "make test needs nftables and iproute2 for the network lab (tests/netlab); run:" >&2; \
-	    echo "  sudo apt-get install -y --no-install-recommends nftables iproute2" >&2; exit 1; \
+	    echo "make test needs nftables, iproute2 and coturn for the network lab (tests/netlab); run:" >&2; \
+	    echo "  sudo apt-get install -y --no-install-recommends nftables iproute2 coturn" >&2; exit 1; \
 	  fi; }
 
 # PulseAudio and PortAudio for the voice tests (tests/integration/test_voice_loop.py: a private

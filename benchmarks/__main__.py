@@ -2,8 +2,8 @@
 
 Figures: connect, recovery, throughput, media, pacing, latency, av_sync, resilience, uplink, guards,
 wakeups, echo, load, loop_lag, fleet, telemetry, scripted, pipecat, renewal, netlab (root: the
-network lab) (default: all), and asr (the ASR uplink part of resilience alone; not in the default
-run).
+network lab) (default: all), and asr (the ASR uplink part of resilience alone) and netlab_relay
+(root: connect and recovery through a TURN relay, coturn), not in the default run.
 ``BENCH_LOAD_QUICK=1`` shortens ``load`` and ``fleet`` to a development run.
 
 Runs every figure once, prints the table and writes ``benchmarks/results.json``, then
@@ -34,6 +34,7 @@ from . import (
     markdown,
     media,
     netlab,
+    netlab_relay,
     pacing,
     pipecat,
     recovery,
@@ -69,6 +70,7 @@ FIGURES: dict[str, tuple[str, Callable[[], FigureResult]]] = {
     "pipecat": (pipecat.TITLE, pipecat.run),
     "renewal": (renewal.TITLE, renewal.run),
     "netlab": (netlab.TITLE, netlab.run),
+    "netlab_relay": (netlab_relay.TITLE, netlab_relay.run),
     "wakeups": (wakeups.TITLE, wakeups.run),
     "echo": (echo.TITLE, echo.run),
 }

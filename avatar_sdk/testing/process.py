@@ -55,6 +55,9 @@ async def _serve_async(conn: Connection, options: dict[str, Any]) -> None:
                 "token": staging.token,
                 "genie_url": staging.genie_url,
                 "control_url": url,
+                "agentic_url": staging.agentic_url,
+                "admin_token": staging.admin_token,
+                "visual_id": staging.visual_id,
             }
         )
         loop.add_reader(conn.fileno(), stop.set)  # "stop", or EOF: the parent is gone
@@ -66,8 +69,9 @@ async def _serve_async(conn: Connection, options: dict[str, Any]) -> None:
 
 class StagingProcess:
     """``async with StagingProcess() as staging:`` then ``staging.url``, ``.token``,
-    ``.genie_url`` and ``.control_url`` (the base of the control API: faults are
-    ``POST {control_url}/_control/faults/<name>``).
+    ``.genie_url``, the avatar-session service's ``.agentic_url``, ``.admin_token`` and
+    ``.visual_id`` (a ``ScriptedAvatarSession``'s arguments), and ``.control_url`` (the
+    base of the control API: faults are ``POST {control_url}/_control/faults/<name>``).
 
     ``options`` are :class:`StagingServer` keyword arguments (picklable ones: ``token``,
     ``audio_only``, ``speech_time_scale``, ``recovery_window``...); ``control_api`` is
@@ -92,6 +96,9 @@ class StagingProcess:
         self.token = ""
         self.genie_url = ""
         self.control_url = ""
+        self.agentic_url = ""
+        self.admin_token = ""
+        self.visual_id = ""
         self._conn: Connection | None = None
         self._process: BaseProcess | None = None
 
@@ -135,6 +142,8 @@ class StagingProcess:
             raise
         self.url, self.token = info["url"], info["token"]
         self.genie_url, self.control_url = info["genie_url"], info["control_url"]
+        self.agentic_url, self.admin_token = info["agentic_url"], info["admin_token"]
+        self.visual_id = info["visual_id"]
         return self
 
     async def __aexit__(self, *exc: object) -> None:

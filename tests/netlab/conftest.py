@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from avatar_sdk.testing.netlab import NetworkLab, requirements
+from benchmarks.netlab_relay_scenario import FAULTS, RelayFigures
 from benchmarks.netlab_scenarios import Figures
 
 OPT_OUT = "AVATAR_SDK_NETLAB"
@@ -45,5 +46,24 @@ def no_turn_lost(f: Figures) -> None:
     assert f.errors == []
     assert f.turns_answered == f.turns_sent >= 2
     assert f.turns_duplicated == 0
+    assert f.final_state == "connected"
+    assert f.leaks == []
+
+
+def show_relay(figures: RelayFigures) -> RelayFigures:
+    """Print a relay run's figures (connect, recoveries, allocations) in the test output."""
+    print(figures.line())
+    return figures
+
+
+def relay_survived(f: RelayFigures) -> None:
+    """Connected, every turn answered, every fault recovered from with media flowing both
+    ways again (counted at the SDK and at the staging), nothing leaked."""
+    assert f.error is None
+    assert f.connect is not None and f.first_media is not None
+    assert set(f.recovery) == set(f.media) == {name for name, *_ in FAULTS}
+    assert f.turns_answered == f.turns_sent == 1 + len(FAULTS)
+    assert f.sdk_frames > 0 and f.staging_uplink_frames > 0 and f.staging_video_frames > 0
+    assert "media_recovering:asr" in f.events and "media_recovering:stv" in f.events
     assert f.final_state == "connected"
     assert f.leaks == []

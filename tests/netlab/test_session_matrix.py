@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.netlab_relay_scenario import run_relay
 from benchmarks.netlab_scenarios import (
     blackhole,
     flap,
@@ -17,7 +18,7 @@ from benchmarks.netlab_scenarios import (
     run_scenario,
 )
 
-from .conftest import no_turn_lost, show
+from .conftest import no_turn_lost, relay_survived, show, show_relay
 
 pytestmark = [pytest.mark.netlab, pytest.mark.timeout(300)]
 
@@ -112,3 +113,13 @@ async def test_a_downlink_below_the_streams_bitrate_is_reported_not_looped() -> 
     no_turn_lost(f)
     assert f.media_recoveries <= 2
     assert f.downlink_kbit is not None and f.downlink_kbit < 60
+
+
+async def test_over_tcp_to_the_relay_with_all_udp_blocked() -> None:
+    """Every UDP packet dropped: the session reaches coturn over TCP
+    (``TurnConfig(transport="tcp")``: aiortc allocates on the first TURN URL only, so the
+    default UDP-first list finds no relay here) and survives the same faults as the short
+    set's relay test (``test_session_relay.py``)."""
+    f = show_relay(await run_relay("relay-tcp"))
+    relay_survived(f)
+    assert f.allocations >= 2

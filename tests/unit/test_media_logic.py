@@ -84,6 +84,20 @@ def test_turn_urls_carry_explicit_port_and_transport() -> None:
     assert rtc_configuration(None, relay_only=True).iceTransportPolicy.value == "all"
 
 
+def test_the_chosen_turn_transport_is_the_one_aiortc_allocates_on() -> None:
+    """aiortc takes the first TURN URL only: a UDP-first list never reaches a relay on a
+    network with all UDP blocked, so ``transport="tcp"`` must put TCP first."""
+    from aiortc.rtcicetransport import connection_kwargs  # noqa: PLC0415
+
+    for transport in ("udp", "tcp"):
+        turn = TurnConfig("turn.example", "u", "p", transport=transport)  # type: ignore[arg-type]
+        kwargs = connection_kwargs(rtc_configuration(turn, relay_only=True).iceServers)
+        assert kwargs["turn_transport"] == transport
+        assert kwargs["turn_server"] == ("turn.example", 80)
+    with pytest.raises(ValueError, match="transport"):
+        TurnConfig("turn.example", "u", "p", transport="quic")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("exc", "code"),
     [

@@ -66,6 +66,12 @@ def test_ports_are_the_servers_destination_up_source_down() -> None:
     assert rules_of(render_ruleset(any_proto, "server")) == ['iifname "lab0" th dport 53 drop']
 
 
+def test_all_udp_but_the_relays_port() -> None:
+    hole = [Blackhole(protocol="udp", except_port=80)]
+    assert rules_of(render_ruleset(hole, "server")) == ['iifname "lab0" udp dport != 80 drop']
+    assert rules_of(render_ruleset(hole, "client")) == ['iifname "lab0" udp sport != 80 drop']
+
+
 def test_reject_kinds_and_fractional_loss() -> None:
     script = render_ruleset(
         [
@@ -96,6 +102,9 @@ def test_a_ruleset_replaces_the_table_in_one_transaction() -> None:
         ({"protocol": "icmp"}, "protocol"),
         ({"port": 0}, "port"),
         ({"port": 70000}, "port"),
+        ({"except_port": 0}, "except_port"),
+        ({"except_port": 80}, "except_port needs"),
+        ({"protocol": "udp", "port": 81, "except_port": 80}, "except_port needs"),
     ],
 )
 def test_bad_fault_arguments_are_refused(kwargs: dict[str, object], message: str) -> None:

@@ -40,6 +40,7 @@ from ...errors import AvatarError, ErrorCode
 from ...logs import sdk_logger
 from ..process import StagingProcess
 from .netns import NETNS_DIR, inside_netns
+from .relay import TurnRelay
 from .rules import (
     CLIENT_IF,
     SERVER_IF,
@@ -245,6 +246,13 @@ class NetworkLab:
         options.setdefault("host", self.server_address)
         return StagingProcess(netns=self.server_netns, **options)
 
+    def turn_relay(self, **options: Any) -> TurnRelay:
+        """A TURN relay (coturn) in the server namespace, on the server address, port 80
+        (``async with lab.turn_relay() as relay:``, then ``AvatarSession(...,
+        turn=relay.config())``); ``options``: :class:`TurnRelay` keyword arguments."""
+        self._require_open()
+        return TurnRelay(self.server_netns, self.server_address, **options)
+
     def client(self) -> contextlib.AbstractContextManager[None]:
         """``with lab.client():`` the calling thread (an event loop's: the SDK opens its
         sockets there) is in the client namespace until the block ends.
@@ -276,11 +284,16 @@ class NetworkLab:
 
     async def blackhole(
         self, *, direction: Direction = "both", protocol: Protocol = "all",
-        port: int | None = None,
+        port: int | None = None, except_port: int | None = None,
     ) -> ActiveFault:  # fmt: skip
-        """Drop every matching packet silently (``port``: the server's port only)."""
-        fault = Blackhole(direction=direction, protocol=protocol, port=port)
+        """Drop every matching packet silently (``port``: the server's port only;
+        ``except_port``: every server port of ``protocol`` but that one, e.g. all UDP but
+        the TURN relay's)."""
+        fault = Blackhole(
+            direction=direction, protocol=protocol, port=port, except_port=except_port
+        )
         where = f" port {port}" if port is not None else ""
+        where += f" except port {except_port}" if except_port is not None else ""
         return await self._add(fault, f"blackhole {protocol}{where} {direction}")
 
     async def reject(

@@ -103,17 +103,23 @@ def _checked_protocol(protocol: str) -> Protocol:
 
 @dataclass(frozen=True)
 class Fault:
-    """A packet fault: which direction, which protocol, optionally one server port."""
+    """A packet fault: which direction, which protocol, optionally one server port, or
+    every server port but one (``except_port``: e.g. all UDP but the TURN relay's)."""
 
     direction: Direction = "both"
     protocol: Protocol = "all"
     port: int | None = None
+    except_port: int | None = None
 
     def __post_init__(self) -> None:
         _checked_direction(self.direction)
         _checked_protocol(self.protocol)
-        if self.port is not None and not 0 < self.port < 65536:
-            raise ValueError(f"port must be 1-65535, not {self.port!r}")
+        for name in ("port", "except_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < 65536:
+                raise ValueError(f"{name} must be 1-65535, not {value!r}")
+        if self.except_port is not None and (self.port is not None or self.protocol == "all"):
+            raise ValueError("except_port needs protocol 'tcp' or 'udp' and no port")
 
     def directions(self) -> tuple[Literal["up", "down"], ...]:
         return ("up", "down") if self.direction == "both" else (self.direction,)
@@ -126,6 +132,9 @@ class Fault:
             proto = self.protocol if self.protocol != "all" else None
             side = "dport" if direction == "up" else "sport"
             parts.append(f"{proto} {side} {self.port}" if proto else f"th {side} {self.port}")
+        elif self.except_port is not None:
+            side = "dport" if direction == "up" else "sport"
+            parts.append(f"{self.protocol} {side} != {self.except_port}")
         elif self.protocol != "all":
             parts.append(f"meta l4proto {self.protocol}")
         return " ".join(parts)

@@ -12,7 +12,10 @@ Go client's) can drive the backend the way a Python test calls ``staging.faults.
 * ``GET /_control/conversations`` lists what each client session did (turns taken,
   dropped, spoken) and ``GET /_control/received`` what the clients emitted, in order;
 * ``GET /_control/resources``: what the backend still holds for clients (the resource
-  ledger, :mod:`.ledger`): ``{"counts": {...}, "by_client": {...}}``.
+  ledger, :mod:`.ledger`): ``{"counts": {...}, "by_client": {...}}``;
+* ``GET /_control/media``: the media the backend exchanged, counted on its side:
+  ``{"video_frames_sent": n, "asr": {sid: {"frames": n, "peer_state": s}}}`` (a test in
+  another process or language sees media flow, or stop, at the server).
 
 Answers: ``200 {"ok": true, "result": <return value>}``; ``404`` for an unknown name;
 ``400 {"error": ...}`` for bad arguments. Bind it to loopback: it has no authentication.
@@ -67,6 +70,8 @@ class Controlled(Protocol):
     def live_resources(self) -> dict[str, int]: ...
 
     def resources_by_client(self) -> dict[str, dict[str, int]]: ...
+
+    def media_counts(self) -> dict[str, Any]: ...
 
 
 #: Public ``Faults`` callables that are helpers of the server, not faults.
@@ -152,11 +157,15 @@ def control_routes(staging: Controlled) -> Callable[[web.Application], None]:
             {"counts": staging.live_resources(), "by_client": staging.resources_by_client()}
         )
 
+    async def media(request: web.Request) -> web.Response:
+        return web.json_response(staging.media_counts())
+
     def mount(app: web.Application) -> None:
         app.router.add_post(CONTROL_PREFIX + "/faults/{name}", fault)
         app.router.add_post(CONTROL_PREFIX + "/brain/{name}", brain)
         app.router.add_get(CONTROL_PREFIX + "/conversations", conversations)
         app.router.add_get(CONTROL_PREFIX + "/received", received)
         app.router.add_get(CONTROL_PREFIX + "/resources", resources)
+        app.router.add_get(CONTROL_PREFIX + "/media", media)
 
     return mount

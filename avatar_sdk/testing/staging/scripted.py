@@ -42,6 +42,7 @@ from aiohttp import web
 from aiortc.mediastreams import MediaStreamError
 
 from ...logs import sdk_logger
+from ...transport.rtc.ice import TurnConfig
 from ..synthetic import AUDIO_FRAME, AUDIO_RATE, MediaGate, PacedTrack
 from .state import Endpoint
 
@@ -251,8 +252,9 @@ class ScriptedBackend:
 
     Run-time settings: ``idle_timeout`` (seconds without any call before a session is
     reclaimed), ``token_ttl`` (seconds from create to the token's ``exp``), ``gap``
-    (silence between two says). Faults live in ``staging.faults``
-    (``say_refused``, ``reclaim_session``, ``ice_failure("stv")``)."""
+    (silence between two says), ``turn`` (the TURN relay ``init-client`` names, as the
+    service does; None: an empty one, the service's answer without a relay). Faults live
+    in ``staging.faults`` (``say_refused``, ``reclaim_session``, ``ice_failure("stv")``)."""
 
     def __init__(
         self,
@@ -262,6 +264,7 @@ class ScriptedBackend:
         idle_timeout: float = 120.0,
         token_ttl: float = 24 * 3600.0,
         gap: float = 0.3,
+        turn: TurnConfig | None = None,
     ) -> None:
         self._streams = streams
         self._endpoint = endpoint
@@ -270,6 +273,7 @@ class ScriptedBackend:
         self.idle_timeout = idle_timeout
         self.token_ttl = token_ttl
         self.gap = gap
+        self.turn = turn
         self.sessions: dict[str, ScriptedStagingSession] = {}
         self.say_refusals: deque[int] = deque()
         self.requests: list[tuple[str, int]] = []  # (verb, status), in arrival order
@@ -375,9 +379,13 @@ class ScriptedBackend:
         session.init_clients += 1
         self._streams.open_stream(session.stream, session)
         url = f"{self._endpoint.media_url}/rtc/v1/whep/?app=avatar&stream={session.stream}"
-        return web.json_response(
-            {"whepUrl": url, "turn": {"url": "", "username": "", "credential": ""}}
+        turn = self.turn
+        named = (
+            {"url": turn.host, "username": turn.username, "credential": turn.credential}
+            if turn is not None
+            else {"url": "", "username": "", "credential": ""}
         )
+        return web.json_response({"whepUrl": url, "turn": named})
 
     async def _say_audio(
         self, session: ScriptedStagingSession, request: web.Request

@@ -28,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from ...besteffort import best_effort
 from ...logs import sdk_logger
 from ...transport.net.genie import ADVERTISED_FIELD, SESSION_COMPLETED_PATH, TOOL_RESPONSE_PATH
+from ...transport.rtc.ice import TurnConfig
 from ...wire.names import In, Out
 from .brain import Brain
 from .control import control_routes
@@ -67,6 +68,7 @@ class StagingServer:
         advertise_genie: bool = True,
         scripted_idle_timeout: float = 120.0,
         scripted_token_ttl: float = 24 * 3600.0,
+        scripted_turn: TurnConfig | None = None,
         max_conversation_length: float | None = None,
         time_warning_before: float | None = None,
         concurrent_thread_sessions: bool = True,
@@ -94,6 +96,10 @@ class StagingServer:
         ``scripted_idle_timeout`` / ``scripted_token_ttl``: the avatar-session service's
         idle reclaim and session-token lifetime (seconds; also ``staging.scripted.
         idle_timeout`` / ``token_ttl`` at run time, see :mod:`.scripted`).
+        ``scripted_turn``: the TURN relay its ``init-client`` names, as the service does
+        (None, the default: none; ``staging.scripted.turn`` at run time). The live
+        conversation's service names none (the client is configured with one, PROTOCOL.md
+        §1.4).
 
         ``max_conversation_length``: the agent's cap on one server session, seconds from
         its ``approvedPermissions`` (None: no cap, the default). Like the service, the
@@ -153,6 +159,7 @@ class StagingServer:
             endpoint=self,
             idle_timeout=scripted_idle_timeout,
             token_ttl=scripted_token_ttl,
+            turn=scripted_turn,
         )
         self.faults = Faults(
             sio=self.sio,
@@ -381,6 +388,15 @@ class StagingServer:
     def resources_by_client(self) -> dict[str, dict[str, int]]:
         """:meth:`live_resources` per client id (a sid, a scripted session, a peer address)."""
         return self.ledger.by_client()
+
+    def media_counts(self) -> dict[str, Any]:
+        """The media exchanged, counted here: video frames produced for every WHEP viewer,
+        and each client's ASR uplink (decoded frames, its peer's state)."""
+        asr = {}
+        for sid in self.conversations:
+            stats = self.media.asr_stats(sid)
+            asr[sid] = {"frames": stats.frames, "peer_state": stats.peer_state}
+        return {"video_frames_sent": self.media.frames_sent, "asr": asr}
 
     @property
     def live_sids(self) -> list[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.rtcconfiguration import RTCBundlePolicy, RTCIceTransportPolicy
@@ -43,25 +43,33 @@ _MIN_STEP: Final = 0.05
 
 @dataclass(frozen=True, slots=True)
 class TurnConfig:
-    """A TURN host and credentials (ephemeral RFC 7635 credentials are just a pair too)."""
+    """A TURN host and credentials (ephemeral RFC 7635 credentials are just a pair too).
+
+    ``transport``: how to reach the relay. aiortc allocates on the *first* TURN URL only
+    (no fallback to the others), so ``"udp"`` (the default) never reaches a relay on a
+    network that blocks all UDP: there, ``"tcp"`` puts the TCP URL first (the media then
+    goes client to relay over TCP, relay to media server over UDP)."""
 
     host: str
     username: str
     credential: str
+    transport: Literal["udp", "tcp"] = "udp"
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("udp", "tcp"):
+            raise ValueError(f"transport must be 'udp' or 'tcp', not {self.transport!r}")
 
     def urls(self) -> list[str]:
         """Every URL with an explicit port and transport: a bare ``turn:host`` yields no
-        relay candidate, and the uplink then silently sends nothing."""
+        relay candidate, and the uplink then silently sends nothing. The chosen
+        ``transport``'s URL comes first (aiortc uses that one)."""
         host = self.host.strip().rstrip("/")
         for prefix in ("turns:", "turn:"):
             if host.startswith(prefix):
                 host = host[len(prefix) :]
-        return [
-            f"turn:{host}:80?transport=udp",
-            f"turn:{host}:443?transport=udp",
-            f"turn:{host}:80?transport=tcp",
-            f"turns:{host}:443?transport=tcp",
-        ]
+        udp = [f"turn:{host}:80?transport=udp", f"turn:{host}:443?transport=udp"]
+        tcp = [f"turn:{host}:80?transport=tcp", f"turns:{host}:443?transport=tcp"]
+        return tcp + udp if self.transport == "tcp" else udp + tcp
 
 
 def rtc_configuration(turn: TurnConfig | None, *, relay_only: bool = False) -> RTCConfiguration:
