@@ -63,8 +63,8 @@ def test_missing_lab_tools_are_one_clear_message(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode != 0
-    assert "make test needs nftables and iproute2" in proc.stderr
-    assert "apt-get install -y --no-install-recommends nftables iproute2" in proc.stderr
+    assert "make test needs nftables, iproute2 and coturn" in proc.stderr
+    assert "apt-get install -y --no-install-recommends nftables iproute2 coturn" in proc.stderr
 
 
 def test_workers_follow_the_cpus() -> None:
