@@ -2,6 +2,10 @@
 
 import sys
 
+from .interrupts import install
+
+install()  # first: a Ctrl-C in the imports below exits 130 quietly
+
 try:
     from .main import main
 except KeyboardInterrupt:  # Ctrl-C while the command line loads: 130, quietly

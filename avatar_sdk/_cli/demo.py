@@ -18,7 +18,7 @@ from ..events.bus import Event
 from ..media import ToneSource
 from ..session.facade import AvatarSession
 from ..testing import StagingServer
-from . import exits
+from . import exits, interrupts
 from .output import ConversationPrinter, Screen, seconds
 
 #: How long one fault's recovery may take before the demo calls it failed (seconds).
@@ -226,7 +226,7 @@ class Demo:
 def demo(faults: list[Fault], media: bool) -> int:
     """Run the tour to its exit code (0: every recovery happened)."""
     try:
-        return asyncio.run(Demo(faults, media).run())
+        return interrupts.run(Demo(faults, media).run())
     except KeyboardInterrupt:
         print("avatar-sdk: interrupted", file=sys.stderr)
         return exits.INTERRUPTED

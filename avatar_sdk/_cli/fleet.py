@@ -24,7 +24,7 @@ import click
 
 from ..config import DEFAULT_AUDIO_CODEC, AudioCodec
 from ..errors import AvatarError, ErrorCode
-from . import exits
+from . import exits, interrupts
 from .context import CONTEXT
 from .output import Screen
 
@@ -172,7 +172,7 @@ def fleet(opts: FleetOptions, screen: Screen | None = None) -> int:
 
     screen = screen or Screen()
     try:
-        report = asyncio.run(_run(opts, screen))
+        report = interrupts.run(_run(opts, screen))
     except KeyboardInterrupt:
         print("avatar-sdk: interrupted (sessions closed, workers stopped)", file=sys.stderr)
         return exits.INTERRUPTED

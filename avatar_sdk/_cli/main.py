@@ -13,13 +13,14 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .._version import __version__
 from ..errors import AvatarError
 from ..logs import ENGINEIO_LOGGER, SOCKETIO_LOGGER
-from . import exits
+from . import exits, interrupts
 from .context import CONTEXT
 from .fleet import command as fleet_command
 from .inspect import command as inspect_command
@@ -84,6 +85,13 @@ def _add_verbose(group: click.Group) -> None:
 class _Interruptible(click.Group):
     """Ctrl-C before a command handles it itself (its imports, its start-up) exits 130,
     quietly, as documented, instead of click's ``Aborted!`` and 1."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        interrupts.install()  # a Ctrl-C inside a command's imports: 130, no traceback
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            interrupts.uninstall()
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -516,7 +524,7 @@ def staging_serve(
     Ctrl-C, 3 when it cannot listen (the port is taken).
     """
     try:
-        code = asyncio.run(
+        code = interrupts.run(
             serve(
                 host,
                 port,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import exits
+from . import exits, interrupts
 from .context import CONTEXT
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def command(
         command=list(command),
     )
     try:
-        code = asyncio.run(run_lab(faults, token))
+        code = interrupts.run(run_lab(faults, token))
     except KeyboardInterrupt:
         click.echo("avatar-sdk: interrupted; the lab is removed", err=True)
         code = exits.INTERRUPTED

@@ -6,12 +6,12 @@ printed), 2 usage errors (a missing, unreadable or malformed cassette).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
 import click
 
+from . import interrupts
 from .context import CONTEXT
 from .exits import USAGE
 
@@ -63,7 +63,7 @@ def command(*, cassette: Path, answer_timeout: float, max_gap: float, as_json: b
         )
     from ..testing.replay import dumps_result, replay_cassette  # noqa: PLC0415
 
-    result = asyncio.run(replay_cassette(tape, answer_timeout=answer_timeout, max_gap=max_gap))
+    result = interrupts.run(replay_cassette(tape, answer_timeout=answer_timeout, max_gap=max_gap))
     click.echo(dumps_result(result) if as_json else str(result))
     for line in result.call_errors:
         click.echo(f"avatar-sdk: a replayed call failed: {line}", err=True)

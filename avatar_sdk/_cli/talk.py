@@ -26,7 +26,7 @@ from ..errors import AvatarError, ErrorCode
 from ..events.bus import Event
 from ..lifecycle.leases import default_leases
 from ..session.facade import AvatarSession
-from . import exits
+from . import exits, interrupts
 from .messages import error_line
 from .output import ConversationPrinter, JsonPrinter, Screen
 
@@ -485,7 +485,7 @@ def _log() -> Any:
 def talk(opts: TalkOptions) -> int:
     """Run ``talk`` to its exit code (a second Ctrl-C during the close stops at once)."""
     try:
-        return asyncio.run(Talk(opts).run())
+        return interrupts.run(Talk(opts).run())
     except KeyboardInterrupt:
         print("avatar-sdk: interrupted", file=sys.stderr)
         return exits.INTERRUPTED

@@ -24,7 +24,7 @@ from ..events.bus import Event
 from ..media.devices import DEVICE_CODES, device_error
 from ..media.speaker import RATE, import_sounddevice, map_device_failure
 from ..media.voice import LocalVoice
-from . import exits
+from . import exits, interrupts
 from .messages import error_line
 from .talk import Talk, TalkOptions
 
@@ -194,7 +194,7 @@ def talk_by_voice(opts: TalkOptions, voice: VoiceOptions) -> int:
     """Run ``talk --voice`` to its exit code (a second Ctrl-C during the close stops at
     once)."""
     try:
-        return asyncio.run(VoiceTalk(opts, voice).run())
+        return interrupts.run(VoiceTalk(opts, voice).run())
     except KeyboardInterrupt:
         print("avatar-sdk: interrupted", file=sys.stderr)
         return exits.INTERRUPTED

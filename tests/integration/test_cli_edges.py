@@ -29,11 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--set", "close_timeout=1", "--set", "join_complete_timeout=2", "--reply-timeout", "10"]
 
 
-async def start_talk(*args: str, token: str) -> asyncio.subprocess.Process:
+async def start_talk(
+    *args: str, token: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
     """``avatar-sdk ARGS`` as a process, its stdin a pipe held open by the test."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "avatar_sdk._cli", *args,
-        cwd=ROOT, env={**os.environ, "AVATAR_TOKEN": token, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        env={**os.environ, "AVATAR_TOKEN": token, "PYTHONPATH": str(ROOT), **(env or {})},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -179,13 +182,18 @@ async def in_start_up(proc: asyncio.subprocess.Process, bound: float = 30) -> No
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
-@pytest.mark.parametrize("delay", [0.0, 0.1])
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.1, 0.2, 0.4, 0.8])
 async def test_ctrl_c_during_start_up_exits_130_quietly(
-    staging: StagingServer, delay: float
+    staging: StagingServer, delay: float, tmp_path: Path
 ) -> None:
+    """Wherever the Ctrl-C lands: in the imports (a C extension's module init turned it
+    into an ``ImportError``: exit 1 with a traceback), between them and the loop's own
+    handler (exit -2), or connecting. The imports run from an empty bytecode cache, as
+    on a fresh clone, so they are slow enough for the sweep to land inside them."""
     staging.faults.withhold("showAgent")  # never connected: the run stays in its start-up
     proc = await start_talk("talk", staging.url, "--insecure", "--no-media", *QUICK,
-                            token=staging.token)  # fmt: skip
+                            token=staging.token,
+                            env={"PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")})  # fmt: skip
     assert proc.stderr is not None
     try:
         await in_start_up(proc)
@@ -233,3 +241,68 @@ async def test_talk_json_carries_the_thread_before_the_session_completes(
              if json.loads(line)["event"] == "thread_known"]  # fmt: skip
     assert len(known) == 1 and known[0]["thread_id"], names
     assert names.index("thread_known") < names.index("agent_turn_ended")
+
+
+#: A child that runs ``avatar-sdk`` and sends itself SIGINT at one exact point of its
+#: imports: just before (``before``) or just after (``after``) module ``argv[1]`` executes.
+_SIGINT_AT_IMPORT = """
+import importlib.machinery, os, runpy, signal, sys
+target, when = sys.argv[1], sys.argv[2]
+class Hook:
+    def find_spec(self, name, path, target_module=None):
+        if name != target:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            if when == "before":
+                os.kill(os.getpid(), signal.SIGINT)
+            if when == "in-zlib":  # the C init imports zlib itself: interrupted in there
+                sys.modules.pop("zlib", None)
+                sys.meta_path.insert(0, Interrupt())
+            run(module)
+            if when == "after":
+                os.kill(os.getpid(), signal.SIGINT)
+        spec.loader.exec_module = exec_module
+        return spec
+class Interrupt:
+    def find_spec(self, name, path, target_module=None):
+        if name == "zlib":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hook())
+sys.argv = ["avatar-sdk", *sys.argv[3:]]
+runpy.run_module("avatar_sdk._cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "when"),
+    [
+        ("av._core", "in-zlib"),  # in PyAV's C init: it became an ImportError (exit 1)
+        ("av._core", "before"),
+        ("aiortc", "before"),
+        ("avatar_sdk._cli.talk", "after"),  # imports done, the loop not yet running
+    ],
+)
+async def test_ctrl_c_at_any_point_of_the_imports_exits_130_quietly(
+    staging: StagingServer, module: str, when: str
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _SIGINT_AT_IMPORT, module, when,
+        "talk", staging.url, "--insecure", "--no-media", *QUICK,
+        cwd=ROOT, env={**os.environ, "AVATAR_TOKEN": staging.token, "PYTHONPATH": str(ROOT)},
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        code = await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        await stop(proc)
+    assert proc.stderr is not None
+    stderr = (await proc.stderr.read()).decode()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
+    assert not staging.received_events("join")  # interrupted before any server session
