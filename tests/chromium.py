@@ -4,7 +4,8 @@ where it is, and the flags every such test starts it with."""
 from __future__ import annotations
 
 import shutil
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 
@@ -30,3 +31,16 @@ def chromium() -> str:
     if path is None:
         pytest.fail(f"no chromium on this machine: {INSTALL}")
     return path
+
+
+def launch_options(profile: Path, args: list[str] | None = None) -> dict[str, Any]:
+    """``launch_persistent_context`` keywords (sync or async Playwright): Debian's browser,
+    headless, a fresh profile at ``profile``, no sandbox (the suite runs as root), and
+    :data:`CHROMIUM_ARGS` (or ``args``)."""
+    return {
+        "user_data_dir": str(profile),
+        "executable_path": chromium(),
+        "headless": True,
+        "chromium_sandbox": False,
+        "args": CHROMIUM_ARGS if args is None else args,
+    }

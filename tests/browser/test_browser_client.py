@@ -26,7 +26,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from avatar_sdk.testing import StagingServer
 
-from ..chromium import CHROMIUM_ARGS, chromium
+from ..chromium import CHROMIUM_ARGS, launch_options
 from ..conftest import until
 
 WEB = Path(__file__).resolve().parent / "web"
@@ -99,11 +99,7 @@ async def staging() -> AsyncIterator[StagingServer]:
 async def page(page_url: str, tmp_path: Path) -> AsyncIterator[Page]:
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=chromium(),  # Debian's; Playwright downloads no browser
-            headless=True,
-            chromium_sandbox=False,  # --no-sandbox: the suite runs as root
-            args=BROWSER_ARGS,
+            **launch_options(tmp_path / "profile", BROWSER_ARGS)
         )
         try:
             page = await context.new_page()

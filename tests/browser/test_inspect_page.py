@@ -19,7 +19,7 @@ from playwright.async_api import Page, Route, async_playwright
 from avatar_sdk import AvatarSession, RenewalPolicy
 from avatar_sdk.testing import StagingServer
 
-from ..chromium import CHROMIUM_ARGS, chromium
+from ..chromium import launch_options
 from ..integration.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,11 +136,7 @@ async def test_inspect_draws_a_recorded_session_offline_in_a_browser(tmp_path: P
 
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=chromium(),  # Debian's; Playwright downloads no browser
-            headless=True,
-            chromium_sandbox=False,  # --no-sandbox: the suite runs as root
-            args=CHROMIUM_ARGS,
+            **launch_options(tmp_path / "profile")
         )
         try:
             await context.route("**/*", only_files)

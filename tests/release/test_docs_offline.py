@@ -19,7 +19,7 @@ from playwright.sync_api import sync_playwright
 from avatar_sdk.session.core.diagram import VIEWS
 from avatar_sdk.session.core.machine import STATES
 
-from ..chromium import CHROMIUM_ARGS, chromium
+from ..chromium import launch_options
 
 ROOT = Path(__file__).resolve().parents[2]
 # ~30 s on an idle machine (the strict build, ~10 s, then 24 pages in the browser); the suite's
@@ -85,11 +85,7 @@ def test_the_site_works_from_disk_in_a_browser(site: Path, tmp_path: Path) -> No
     failures: list[str] = []  # every check runs; the test reports all that failed
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "profile"),  # fresh and empty
-            executable_path=chromium(),  # Debian's; Playwright downloads no browser
-            headless=True,
-            chromium_sandbox=False,  # --no-sandbox: the suite runs as root
-            args=CHROMIUM_ARGS,
+            **launch_options(tmp_path / "profile")
         )
         try:
             context.on("request", lambda request: requests.append(request.url))
