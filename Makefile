@@ -8,7 +8,7 @@ NODE_STAMP := tests/interop/node/node_modules/.installed
 DOCS_JS_STAMP := tools/docs-assets/node_modules/.installed
 BROWSER_JS_STAMP := tests/browser/web/node_modules/.installed
 
-.PHONY: demo test test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools audio-tools
+.PHONY: demo test test-loaded test-matrix lint docs bench soak netlab diagram clean venv chromium netlab-tools audio-tools
 
 venv: $(STAMP)
 
@@ -111,6 +111,14 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n * 2 > 16 
 test: $(STAMP) $(NODE_STAMP) $(DOCS_JS_STAMP) $(BROWSER_JS_STAMP) chromium netlab-tools audio-tools
 	$(PY) -m pytest -q -m 'realtime_audio and not slow and not netlab'
 	$(PY) -m pytest -q -m 'not slow and not netlab and not realtime_audio' -n $(TEST_WORKERS) --dist loadgroup
+
+# `make test` on a busy machine: one process spinning on every CPU but one (on 2 cores, the
+# other core busy) for the whole run, killed when it ends (tools/cpu_hog.py). A test that holds
+# only on an idle machine fails here first. `make test-loaded LOAD_HOGS=N` for another load.
+LOAD_HOGS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 1 ? n - 1 : 1 )))
+
+test-loaded: $(STAMP)
+	$(PY) -m tools.cpu_hog --hogs $(LOAD_HOGS) -- $(MAKE) test
 
 # The suite on the other supported interpreters (3.11, the default, is `make test`): one
 # .venv-X.Y per version from pythonX.Y (on PATH, else pyenv's), installed like .venv. An extra whose wheels do not
