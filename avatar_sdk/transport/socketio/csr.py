@@ -132,8 +132,8 @@ class _EngineIOClient(engineio.AsyncClient):  # type: ignore[misc]
             closed.set_result(None)
 
     async def sessions_closed(self) -> None:
-        """Return once every session close a reset has begun has ended (cancelled: no
-        wait is cut short for the others)."""
+        """Return once every session close a reset has begun has ended (a close whose task
+        was cancelled counts as ended)."""
         while self._closing:
             await asyncio.wait(set(self._closing))
 
@@ -246,7 +246,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         has a server session too, though ``connected`` is not set yet: whenever the
         transport is up, the DISCONNECT is sent (a server that never made the session
         ignores it). It returns once engine.io's aiohttp sessions are closed, the one an
-        earlier reset is still closing in a task of engine.io's included.
+        earlier reset is still closing in a task nobody awaits included.
         """
         self._closing = True
         self.forget()
@@ -264,7 +264,7 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             log.debug("graceful disconnect incomplete: %s; aborting transport", type(exc).__name__)
             await self.abort()
         await self._close_http()
-        # A reset in a task of engine.io's may still be closing an earlier connection's
+        # A reset in a task nobody awaits may still be closing an earlier connection's
         # session (the server's DISCONNECT, say): the client has ended once it is closed.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
