@@ -490,8 +490,9 @@ def http_close(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """How aiohttp sessions close: as installed, or ``overlapping``: as they do on Python
     3.13, where the close of the replaced websocket's session (its connection ends in
     ``EofStream``) is still running when the reconnect creates the next session. The
-    session reads ``closed`` at once; this stand-in's ``close()`` returns once a new
-    session exists (at most 1 s), the overlap that 3.13 shows by chance every time."""
+    session reads ``closed`` once its close has begun (here a loop turn after ``close()``,
+    aiohttp's own at once); this stand-in's ``close()`` returns once a new session exists
+    (at most 1 s), the overlap that 3.13 shows by chance every time."""
     if request.param == "overlapping":
         real_init, real_close = aiohttp.ClientSession.__init__, aiohttp.ClientSession.close
         created = [asyncio.Event()]
@@ -555,3 +556,29 @@ async def test_no_http_session_outlives_a_refused_connect(node_server: NodeServe
         await connect(client, node_server, token="wrong-token")
     leaked = [s for s in open_http_sessions() if id(s) not in before]
     assert leaked == [], f"{len(leaked)} aiohttp session(s) left open"
+
+
+@pytest.mark.parametrize("http_close", ["aiohttp", "overlapping"], indirect=True)
+async def test_no_http_session_outlives_a_close_in_the_turn_after_a_server_disconnect(
+    node_server: NodeServer, http_close: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, item 3: the server's DISCONNECT is handled in a task of python-socketio's
+    (engine.io's ``disconnect()`` there sets ``state`` to ``disconnected``, then its reset
+    begins closing the session, in one step). A caller that sees ``disconnected`` in the
+    very next loop turn and closes the client at once must find that session closed: with
+    a close that only reads ``closed`` once it has run (the ``overlapping`` stand-in),
+    ``close_gracefully`` returned before the reset's close had begun. ``wait_disconnected``
+    polls every 5 ms, so it hit that turn by chance only (under load); this waits turn by
+    turn, so it hits it every time."""
+    rec = Recorder()
+    client = Harness().client(rec)
+    made = sessions_made_by(client.eio, monkeypatch)
+    await connect(client, node_server)
+    await client.emit("server_disconnect")
+    async with asyncio.timeout(WAIT):
+        while client.eio.state != "disconnected":  # noqa: ASYNC110 (engineio has no event)
+            await asyncio.sleep(0)  # one loop turn: the first turn that can see it
+    await client.close_gracefully(2.0)
+    assert made, "the check watched no session of this client"
+    leaked = [s for s in made if not s.closed]
+    assert leaked == [], f"{len(leaked)} aiohttp session(s) left open ({http_close} close)"

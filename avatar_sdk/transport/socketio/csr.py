@@ -88,7 +88,8 @@ AuthProvider = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
 
 class _EngineIOClient(engineio.AsyncClient):  # type: ignore[misc]
     """engine.io's client whose reset closes the aiohttp session of the connection being
-    reset, and leaves alone the one a reconnect has made meanwhile.
+    reset, and leaves alone the one a reconnect has made meanwhile; and which can wait for
+    the closes its resets have begun (:meth:`sessions_closed`).
 
     Without ``http_session``, engine.io makes an aiohttp session per connection, and its
     ``_reset`` awaits ``self.http.close()`` and *then* sets ``self.http = None``. A session
@@ -98,19 +99,43 @@ class _EngineIOClient(engineio.AsyncClient):  # type: ignore[misc]
     which the finishing reset then drops from ``self.http``: nobody closes it, and it is
     reported as ``ResourceWarning: Unclosed client session``. Here the reset lets go of
     ``self.http`` before its first await and closes the session it took.
+
+    That close runs in whichever task reset the connection, often one nobody awaits (the
+    read loop, or python-socketio's task for the server's DISCONNECT, whose ``disconnect()``
+    reads ``disconnected`` before its reset's close has begun): the client's end waits for
+    it through :meth:`sessions_closed`.
     """
 
     #: engine.io's (untyped): the aiohttp session of the current connection.
     http: aiohttp.ClientSession | None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: One future per session a reset let go of and has not finished closing.
+        self._closing: set[asyncio.Future[None]] = set()
+
     async def _reset(self) -> None:
         http = None
         if not self.external_http:
             http, self.http = self.http, None  # before any await: see the class docstring
-        await super()._reset()  # with no session left to it, closes none
-        if http is not None and not http.closed:
+        if http is None or http.closed:
+            await super()._reset()  # with no session left to it, closes none
+            return
+        closed = asyncio.get_running_loop().create_future()
+        self._closing.add(closed)  # before any await too: the end waits for it
+        try:
+            await super()._reset()
             with best_effort("engine.io http session close", log):
                 await http.close()
+        finally:
+            self._closing.discard(closed)
+            closed.set_result(None)
+
+    async def sessions_closed(self) -> None:
+        """Return once every session close a reset has begun has ended (a close whose task
+        was cancelled counts as ended)."""
+        while self._closing:
+            await asyncio.wait(set(self._closing))
 
 
 class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
@@ -220,10 +245,12 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         A connect cut short (its caller cancelled while, or just as, the CONNECT reply came)
         has a server session too, though ``connected`` is not set yet: whenever the
         transport is up, the DISCONNECT is sent (a server that never made the session
-        ignores it).
+        ignores it). It returns once engine.io's aiohttp sessions are closed, the one an
+        earlier reset is still closing in a task nobody awaits included.
         """
         self._closing = True
         self.forget()
+        deadline = asyncio.get_running_loop().time() + timeout
         try:
             if self.connected or self.eio.state == "connected":
                 for ns in list(self.namespaces) or ["/"]:
@@ -237,6 +264,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
             log.debug("graceful disconnect incomplete: %s; aborting transport", type(exc).__name__)
             await self.abort()
         await self._close_http()
+        # A reset in a task nobody awaits may still be closing an earlier connection's
+        # session (the server's DISCONNECT, say): the client has ended once it is closed.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self.eio.sessions_closed()
 
     async def _close_http(self, http: aiohttp.ClientSession | None = None) -> None:
         """Close engineio's private aiohttp session (``http``: the one captured by the caller).
