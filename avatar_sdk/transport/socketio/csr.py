@@ -266,9 +266,11 @@ class RecoveringAsyncClient(socketio.AsyncClient):  # type: ignore[misc]
         await self._close_http()
         # A reset in a task nobody awaits may still be closing an earlier connection's
         # session (the server's DISCONNECT, say): the client has ended once it is closed.
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout_at(deadline):
                 await self.eio.sessions_closed()
+        except TimeoutError:
+            log.info("an engine.io HTTP session was still closing when the close budget ran out")
 
     async def _close_http(self, http: aiohttp.ClientSession | None = None) -> None:
         """Close engineio's private aiohttp session (``http``: the one captured by the caller).
