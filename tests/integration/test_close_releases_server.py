@@ -145,8 +145,8 @@ async def test_a_close_while_the_resubscribe_opens_the_old_viewers_delete_still_
     The interleaving is planted, not raced: the DELETE's ``connector.connect`` starts the
     close and holds until the close is under way (or cuts the DELETE off, as a cancel landing
     in ``sock_connect`` does), then connects for real. It failed with ``whep=1`` held at the
-    server (and the old peer left unclosed) when the downlink's close ran in the recovery's
-    task, cut off by the cancel, with nobody left owning the old downlink."""
+    server (and the old peer's close skipped) when the downlink's close ran in the
+    recovery's task, cut off by the cancel, with nobody left owning the old downlink."""
     session = media_session(staging)
     await session.connect()
     real_connect = aiohttp.BaseConnector.connect
