@@ -8,7 +8,9 @@ the server has the POST, so the close lands at several points of the client's aw
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import aiohttp
 import pytest
 
 from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
@@ -132,3 +134,33 @@ async def test_a_whep_post_slower_than_the_close_budget_is_cancelled_and_said(
     assert "WHEP POST unanswered" in caplog.text
     # The bound has its price, said above and seen here: the server made a viewer for it.
     assert await until(lambda: staging.live_resources()["whep"] == 1, 5)
+
+
+async def test_a_close_while_the_resubscribe_opens_the_old_viewers_delete_still_deletes_it(
+    staging: StagingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A WHEP re-subscribe first DELETEs the old viewer; a close() that lands while that
+    DELETE's connection is being opened (the request not sent yet) cancels the recovery.
+
+    The interleaving is planted, not raced: the DELETE's ``connector.connect`` starts the
+    close and holds until the close is under way (or cuts the DELETE off, as a cancel landing
+    in ``sock_connect`` does), then connects for real. It failed with ``whep=1`` held at the
+    server (and the old peer's close skipped) when the downlink's close ran in the
+    recovery's task, cut off by the cancel, with nobody left owning the old downlink."""
+    session = media_session(staging)
+    await session.connect()
+    real_connect = aiohttp.BaseConnector.connect
+    closing: list[asyncio.Task[None]] = []
+
+    async def connect(self: aiohttp.BaseConnector, req: Any, *args: Any, **kwargs: Any) -> Any:
+        if req.method == "DELETE" and not closing:
+            closing.append(asyncio.ensure_future(session.close()))
+            assert await until(lambda: session.state in ("disconnecting", "ended"), 5)
+        return await real_connect(self, req, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.BaseConnector, "connect", connect)
+    await staging.faults.ice_failure("stv", mode="close")
+    assert await until(lambda: bool(closing), 5)
+    await closing[0]
+    assert session.state == "ended"
+    await assert_released(staging)

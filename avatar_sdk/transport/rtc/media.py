@@ -104,6 +104,9 @@ class MediaLanes:
         self._http: aiohttp.ClientSession | None = None
         self.asr: AsrUplink | None = None
         self.stv: StvDownlink | None = None
+        #: Downlinks a re-subscribe took out of :attr:`stv` whose close may still run:
+        #: :meth:`close` awaits them before it closes the HTTP session their DELETE uses.
+        self._detached: set[StvDownlink] = set()
         self.audio_only = False
         self.gate_waited: float | None = None
         self.gate_capped = False
@@ -387,7 +390,11 @@ class MediaLanes:
         started = self._clock.monotonic()
         old, self.stv = self.stv, None
         if old is not None:
+            # Still the lanes' until closed: a cancel of this recovery (close() of the
+            # session) must not leave its DELETE unsent and its peer open, nobody's.
+            self._detached.add(old)
             await old.close(min(1.0, timeout))
+            self._detached.discard(old)
         url = self.stv_url
         for attempt in (1, 2):
             left = max(0.05, timeout - (self._clock.monotonic() - started))
@@ -500,7 +507,9 @@ class MediaLanes:
                 fut.cancel()
         self._expect.clear()
         stv, asr, self.stv, self.asr = self.stv, self.asr, None, None
-        jobs = []
+        detached, self._detached = self._detached, set()
+        # A detached downlink's close is already under way: this awaits the same one.
+        jobs = [link.close(timeout) for link in detached]
         if stv is not None:
             jobs.append(stv.close(timeout))
         if asr is not None:

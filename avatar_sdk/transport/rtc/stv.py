@@ -246,6 +246,7 @@ class StvDownlink:
         self.location: str | None = None
         self._posting: asyncio.Future[tuple[int, str, str | None]] | None = None
         self._deleted = False
+        self._closing: asyncio.Future[None] | None = None
         self._pumps: set[asyncio.Task[None]] = set()
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
         self.first_frame_at: dict[str, float] = {}
@@ -430,7 +431,18 @@ class StvDownlink:
         still in flight is let finish first, within :data:`POST_SHARE_AT_CLOSE` of
         ``timeout`` (the DELETE it makes necessary gets the rest): the resource it creates
         is DELETEd too. A POST slower than that is cancelled and logged: the server may
-        hold what it made for it until it reaps it."""
+        hold what it made for it until it reaps it.
+
+        The release runs as the downlink's own task, once: a caller cancelled meanwhile (a
+        re-subscribe closing the old downlink when ``close()`` of the session cancels it)
+        does not cut the DELETE or the peer's close short, and every later caller (the
+        lanes' close) awaits the same release."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._release(timeout))
+            self._closing.add_done_callback(_retrieved)  # its callers may all be gone
+        await asyncio.shield(self._closing)
+
+    async def _release(self, timeout: float) -> None:
         posting = self._posting
         if posting is not None and not posting.done():
             started = asyncio.get_running_loop().time()
