@@ -21,6 +21,7 @@ from ..config import DEFAULT_AUDIO_CODEC, AudioCodec, SessionConfig
 from ..errors import AvatarError, ErrorCode
 from ..logs import sdk_logger
 from ..observe import Observer
+from ..release_once import ReleaseOnce
 from ..transport.rtc.asr import UplinkTrack
 from ..transport.rtc.core.voice_buffer import VoiceBufferCounts
 from ..transport.rtc.ice import TurnConfig
@@ -103,7 +104,7 @@ class ServerLink:
     #: When the server session was approved (session clock): its cap counts from here.
     approved_at: float | None = None
     _closed: bool = False
-    _closing: asyncio.Task[None] | None = None
+    _release_once: ReleaseOnce = field(default_factory=ReleaseOnce)
 
     def __repr__(self) -> str:
         return f"<ServerLink room={self.room_id} channel={self.channel!r}>"
@@ -175,10 +176,8 @@ class ServerLink:
         The release runs as the link's own task: a caller cancelled meanwhile (``close()``
         of the session during a cold rebuild) does not leave it half done, and every later
         caller awaits the same release."""
-        if self._closing is None:
-            self._closed = True
-            self._closing = asyncio.ensure_future(self._release(timeout))
-        await asyncio.shield(self._closing)
+        self._closed = True
+        await self._release_once.run(lambda: self._release(timeout))
 
     async def _release(self, timeout: float) -> None:
         self.handshake.fail(AvatarError(ErrorCode.CLOSED, "link closed"))

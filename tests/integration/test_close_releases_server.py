@@ -16,6 +16,7 @@ import pytest
 from avatar_sdk import AvatarError, AvatarSession, RetryPolicy
 from avatar_sdk.testing import StagingServer
 from avatar_sdk.testing.leaks import settle_server
+from avatar_sdk.transport.rtc import asr as asr_module
 
 from .conftest import FAST, sdk_tasks, until
 
@@ -163,4 +164,34 @@ async def test_a_close_while_the_resubscribe_opens_the_old_viewers_delete_still_
     assert await until(lambda: bool(closing), 5)
     await closing[0]
     assert session.state == "ended"
+    await assert_released(staging)
+
+
+async def test_a_close_while_an_uplink_renegotiation_closes_the_old_peer_still_closes_it(
+    staging: StagingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uplink's counterpart: an ASR renegotiation first closes the old uplink; a close()
+    that lands while it does cancels the recovery. Planted as above: the old uplink's peer
+    close starts the session's close and holds until it is under way, so the cancel lands
+    there. It failed with the old peer left open (and the uplink marked closed, so nobody
+    closed it again) when the uplink's close ran in the recovery's task."""
+    session = media_session(staging)
+    await session.connect()
+    real_close_peer = asr_module.close_peer
+    closing: list[asyncio.Task[None]] = []
+    old_peers: list[Any] = []
+
+    async def close_peer(pc: Any, timeout: float) -> None:
+        if not closing and session.state == "recovering_media":
+            old_peers.append(pc)
+            closing.append(asyncio.ensure_future(session.close()))
+            assert await until(lambda: session.state in ("disconnecting", "ended"), 5)
+        await real_close_peer(pc, timeout)
+
+    monkeypatch.setattr(asr_module, "close_peer", close_peer)
+    await staging.faults.ice_failure("asr", mode="blackhole")
+    assert await until(lambda: bool(closing), 10)
+    await closing[0]
+    assert session.state == "ended"
+    assert [pc.connectionState for pc in old_peers] == ["closed"]
     await assert_released(staging)

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "__init__", "_lazy", "_version", "besteffort", "clock", "config", "errors",
+            "release_once",
             "logs", "observe", "redact", "troubleshooting", "urls", "wire",
         ],
         0,

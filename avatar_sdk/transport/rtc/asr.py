@@ -48,6 +48,7 @@ from ...media.opus import (
     packet_samples,
 )
 from ...media.opus import TIME_BASE as OPUS_TIME_BASE
+from ...release_once import ReleaseOnce
 from .consent import ConsentProbe, ConsentWatch, probe_interval
 from .ice import apply_answer, close_peer, set_local_description
 
@@ -316,7 +317,7 @@ class AsrUplink:
         self._transceiver = self.pc.addTransceiver(self._peer_track, direction="sendonly")
         self._connected = asyncio.Event()
         self.connected_at: float | None = None
-        self._closed = False
+        self._release_once = ReleaseOnce()
         #: The path's liveness from the peer's first moment (ICE consent at our rate).
         self.consent = ConsentWatch(consent_deadline, clock=clock.monotonic)
         self._probe = ConsentProbe(self.pc, self.consent, interval=probe_interval(consent_deadline))
@@ -416,9 +417,13 @@ class AsrUplink:
                 continue
 
     async def close(self, timeout: float = 1.0) -> None:
-        """Close the peer and every UDP socket it bound, within ``timeout`` seconds."""
-        if self._closed:
-            return
-        self._closed = True
+        """Close the peer and every UDP socket it bound, within ``timeout`` seconds.
+
+        Once, to the end (:class:`~avatar_sdk.release_once.ReleaseOnce`): a renegotiation
+        closing the old uplink is cancelled by ``close()`` of the session, which must not
+        leave that peer open."""
+        await self._release_once.run(lambda: self._release(timeout))
+
+    async def _release(self, timeout: float) -> None:
         await self._probe.stop()
         await close_peer(self.pc, timeout)

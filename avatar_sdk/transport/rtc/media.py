@@ -104,9 +104,10 @@ class MediaLanes:
         self._http: aiohttp.ClientSession | None = None
         self.asr: AsrUplink | None = None
         self.stv: StvDownlink | None = None
-        #: Downlinks a re-subscribe took out of :attr:`stv` whose close may still run:
-        #: :meth:`close` awaits them before it closes the HTTP session their DELETE uses.
-        self._detached: set[StvDownlink] = set()
+        #: Peers a recovery took out of :attr:`stv` / :attr:`asr` whose close may still run
+        #: (its recovery cancelled by close()): :meth:`close` awaits them, before it closes
+        #: the HTTP session a downlink's DELETE uses.
+        self._detached: set[StvDownlink | AsrUplink] = set()
         self.audio_only = False
         self.gate_waited: float | None = None
         self.gate_capped = False
@@ -439,7 +440,9 @@ class MediaLanes:
         started = self._clock.monotonic()
         old, self.asr = self.asr, None
         if old is not None:
+            self._detached.add(old)  # still the lanes' until closed, as in recover_stv
             await old.close()
+            self._detached.discard(old)
         self.asr_cadence.start()  # no report-based verdict until the new peer reports
         self._asr_report_key = None
         self._check_open()
@@ -508,7 +511,7 @@ class MediaLanes:
         self._expect.clear()
         stv, asr, self.stv, self.asr = self.stv, self.asr, None, None
         detached, self._detached = self._detached, set()
-        # A detached downlink's close is already under way: this awaits the same one.
+        # A detached peer's close is already under way: this awaits the same one.
         jobs = [link.close(timeout) for link in detached]
         if stv is not None:
             jobs.append(stv.close(timeout))

@@ -23,6 +23,7 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import AvatarError, ErrorCode
 from ...logs import sdk_logger
 from ...observe import HttpExchange, Observer, observers_of
+from ...release_once import ReleaseOnce
 from ..liveness.video_stall import VideoStallRule
 from ..net.hostguard import HostGuard, host_of, refusal_in, spelled_private
 from ..net.tls import connector, tls_error
@@ -246,7 +247,7 @@ class StvDownlink:
         self.location: str | None = None
         self._posting: asyncio.Future[tuple[int, str, str | None]] | None = None
         self._deleted = False
-        self._closing: asyncio.Future[None] | None = None
+        self._release_once = ReleaseOnce()
         self._pumps: set[asyncio.Task[None]] = set()
         self.frames: dict[str, int] = {"audio": 0, "video": 0}
         self.first_frame_at: dict[str, float] = {}
@@ -437,10 +438,7 @@ class StvDownlink:
         re-subscribe closing the old downlink when ``close()`` of the session cancels it)
         does not cut the DELETE or the peer's close short, and every later caller (the
         lanes' close) awaits the same release."""
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._release(timeout))
-            self._closing.add_done_callback(_retrieved)  # its callers may all be gone
-        await asyncio.shield(self._closing)
+        await self._release_once.run(lambda: self._release(timeout))
 
     async def _release(self, timeout: float) -> None:
         posting = self._posting
