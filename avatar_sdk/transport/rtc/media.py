@@ -512,7 +512,7 @@ class MediaLanes:
         stv, asr, self.stv, self.asr = self.stv, self.asr, None, None
         detached, self._detached = self._detached, set()
         # A detached peer's close is already under way: this awaits the same one.
-        jobs = [link.close(timeout) for link in detached]
+        jobs = [peer.close(timeout) for peer in detached]
         if stv is not None:
             jobs.append(stv.close(timeout))
         if asr is not None:
