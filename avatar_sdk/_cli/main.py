@@ -313,6 +313,11 @@ def talk(
 
         click.echo(f"avatar-sdk: {error_line(error)}", err=True)
         code = exits.for_error(error)
+    if voice:
+        # Native threads (livekit's FFI, PortAudio) must not meet the finalizing interpreter.
+        from .process_exit import leave_process  # noqa: PLC0415
+
+        leave_process(code)
     sys.exit(code)
 
 
