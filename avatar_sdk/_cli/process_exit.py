@@ -31,6 +31,8 @@ def leave_process(code: int) -> NoReturn:
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        # A reader gone (broken pipe) or a stream closed: nothing can carry a message about
+        # it but the stream itself, and the exit code still has to go out.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
