@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 class ReleaseOnce:
@@ -32,11 +33,12 @@ class ReleaseOnce:
         on to the release."""
         if self._task is None:
             self._task = asyncio.ensure_future(release())
-            self._task.add_done_callback(_retrieved)  # every caller may be gone
+            self._task.add_done_callback(mark_retrieved)  # every caller may be gone
         await asyncio.shield(self._task)
 
 
-def _retrieved(future: asyncio.Future[None]) -> None:
-    """Mark the release's exception as seen: its callers, if any, are told; none may be."""
+def mark_retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's exception as seen (a done callback): whoever awaits it is
+    told, and when nobody does, asyncio must not report it as never retrieved."""
     if not future.cancelled():
         future.exception()

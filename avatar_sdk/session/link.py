@@ -103,7 +103,6 @@ class ServerLink:
     listener: LinkListener | None = None
     #: When the server session was approved (session clock): its cap counts from here.
     approved_at: float | None = None
-    _closed: bool = False
     _release_once: ReleaseOnce = field(default_factory=ReleaseOnce)
 
     def __repr__(self) -> str:
@@ -111,7 +110,7 @@ class ServerLink:
 
     @property
     def connected(self) -> bool:
-        return not self._closed and self.channel.connected
+        return not self._release_once.started and self.channel.connected
 
     # -- inbound ----------------------------------------------------------------------------
     def receive(self, listener: LinkListener, name: str, args: list[Any]) -> None:
@@ -176,7 +175,6 @@ class ServerLink:
         The release runs as the link's own task: a caller cancelled meanwhile (``close()``
         of the session during a cold rebuild) does not leave it half done, and every later
         caller awaits the same release."""
-        self._closed = True
         await self._release_once.run(lambda: self._release(timeout))
 
     async def _release(self, timeout: float) -> None:

@@ -23,7 +23,7 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import AvatarError, ErrorCode
 from ...logs import sdk_logger
 from ...observe import HttpExchange, Observer, observers_of
-from ...release_once import ReleaseOnce
+from ...release_once import ReleaseOnce, mark_retrieved
 from ..liveness.video_stall import VideoStallRule
 from ..net.hostguard import HostGuard, host_of, refusal_in, spelled_private
 from ..net.tls import connector, tls_error
@@ -318,7 +318,7 @@ class StvDownlink:
         # subscribe lets it finish (within its timeout) and DELETEs what it created, since
         # the server may create the resource whether or not its answer is read.
         post = asyncio.ensure_future(self._post(url, sdp, timeout))
-        post.add_done_callback(_retrieved)  # its subscribe may be gone: nobody else reads it
+        post.add_done_callback(mark_retrieved)  # its subscribe may be gone: nobody else reads it
         self._posting = post
         try:
             status, body, location = await asyncio.shield(post)
@@ -473,12 +473,6 @@ class StvDownlink:
             task.cancel()
         if self._pumps:
             await asyncio.wait(set(self._pumps), timeout=timeout)
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Mark a finished future's exception as seen (its error is handled where awaited)."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _request_error(exc: BaseException, what: str) -> AvatarError:
